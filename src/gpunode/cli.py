@@ -1,0 +1,98 @@
+"""The ``gpunode`` command line.
+
+``gpunode sim …`` drives the simulated fleet (design.md §5). Later stages add ``hook`` and
+``report``. Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpunode.sim import fleet, image
+from gpunode.sim.podman import PodmanError
+from gpunode.sim.profile import ProfileError, list_profiles, load_profile
+from gpunode.sim.sysfs import materialize
+
+
+def _sim_parser(sub: argparse._SubParsersAction) -> None:
+    sim = sub.add_parser("sim", help="the simulated DGX/HGX fleet (podman systemd hosts)")
+    sim.add_argument("--state-dir", type=Path, default=None,
+                     help="where host state lives (default: $GPUNODE_SIM_DIR or ./.sim)")
+    cmds = sim.add_subparsers(dest="sim_cmd", required=True)
+
+    img = cmds.add_parser("image", help="build the Debian 12 + systemd test-host image (cached by recipe)")
+    img.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
+    cmds.add_parser("image-ref", help="print the image reference for the current recipe")
+
+    up = cmds.add_parser("up", help="start hosts: gpunode sim up dgx01=dgx-h100 hgx01=hgx-h100")
+    up.add_argument("hosts", nargs="+", metavar="NAME=PROFILE")
+    up.add_argument("--replace", action="store_true", help="recreate hosts that already exist")
+
+    down = cmds.add_parser("down", help="remove hosts (all simulated hosts when none is named)")
+    down.add_argument("hosts", nargs="*", metavar="NAME")
+
+    reboot = cmds.add_parser("reboot", help="reboot a host: volatile hardware state is reset")
+    reboot.add_argument("host", metavar="NAME")
+
+    inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
+    inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+
+    cmds.add_parser("status", help="list the simulated hosts")
+    cmds.add_parser("profiles", help="list the hardware profiles")
+
+    mat = cmds.add_parser("materialize", help="write a profile's sysfs tree into a directory")
+    mat.add_argument("profile", help="profile name or path to a profile YAML")
+    mat.add_argument("dest", type=Path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gpunode`` command."""
+    parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _sim_parser(sub)
+    return parser
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    state_dir = (args.state_dir or fleet.default_state_dir()).resolve()
+    cmd = args.sim_cmd
+    if cmd == "image":
+        image.ensure_image(force=args.force)
+    elif cmd == "image-ref":
+        print(image.image_ref())
+    elif cmd == "up":
+        fleet.up([fleet.HostSpec.parse(h) for h in args.hosts], state_dir, replace=args.replace)
+    elif cmd == "down":
+        fleet.down(args.hosts)
+    elif cmd == "reboot":
+        fleet.reboot(args.host)
+    elif cmd == "inventory":
+        fleet.inventory(args.output)
+    elif cmd == "status":
+        for h in fleet.hosts():
+            print(f"{h['name']:<16} {h['profile']:<16} {h['status']:<10} {h['container']}")
+    elif cmd == "profiles":
+        for name in list_profiles():
+            print(name)
+    elif cmd == "materialize":
+        materialize(load_profile(args.profile), args.dest)
+        print(f"materialized {args.profile} into {args.dest}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``gpunode`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "sim":
+            return _run_sim(args)
+    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError) as exc:
+        print(f"gpunode: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
