@@ -1,0 +1,90 @@
+# mlplatform.gpunode — the two commands a new user needs:
+#   make demo   start a simulated DGX + HGX fleet and run the pipeline against it
+#   make test   lint, unit tests and molecule (what CI runs through .ci/run)
+# Everything the targets need is installed by the targets themselves (as root on Debian 12):
+# podman, runc and debootstrap from apt, a venv with the Python tools and the `ansible` package
+# (collections; there is no Galaxy here), and the test-host image built with debootstrap.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+VENV ?= $(ROOT)/.venv
+PYTHON ?= python3
+STAMPS := $(ROOT)/.cache/stamps
+COLLECTION_LINK := $(ROOT)/.cache/collections/ansible_collections/mlplatform/gpunode
+
+export PATH := $(VENV)/bin:$(PATH)
+export CONTAINERS_CONF ?= $(ROOT)/src/gpunode/sim/image/containers.conf
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.cache/collections
+export ANSIBLE_FORCE_COLOR ?= 0
+export GPUNODE_SIM_DIR ?= $(ROOT)/.sim
+export PY_COLORS ?= 0
+
+APT_PACKAGES := podman runc debootstrap tar
+DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
+SCENARIOS := discovery
+
+.PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+system-deps: $(STAMPS)/system-deps ## podman, runc, debootstrap from apt (root)
+$(STAMPS)/system-deps:
+	@mkdir -p $(STAMPS)
+	@missing=""; for bin in podman runc debootstrap; do command -v $$bin >/dev/null || missing="$$missing $$bin"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing from apt:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
+	  apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	fi
+	@touch $@
+
+venv: $(STAMPS)/venv ## the Python venv with the project and its dev tools
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV) || { \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq python3-venv >/dev/null; \
+	  rm -rf $(VENV); $(PYTHON) -m venv $(VENV); }
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+collection: $(COLLECTION_LINK) ## make the repo importable as mlplatform.gpunode
+$(COLLECTION_LINK):
+	@mkdir -p $(dir $@)
+	@ln -sfn $(ROOT) $@
+
+deps: system-deps venv collection
+
+image: deps ## build the simulated hosts' image (cached by recipe)
+	gpunode sim image
+
+lint: deps ## yamllint, ansible-lint (production profile), ruff
+	yamllint --strict .
+	ansible-lint
+	ruff check src plugins tests molecule bench
+
+unit: deps ## pytest unit and conformance tests
+	pytest -q tests/unit
+
+molecule: image ## molecule scenarios on simulated hosts
+	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
+
+test: lint unit molecule ## everything CI runs
+
+demo: image ## start a DGX + HGX simulated fleet and discover it
+	gpunode sim up $(DEMO_HOSTS)
+	gpunode sim inventory -o inventories/sim/hosts.yml
+	ansible-playbook -i inventories/sim/hosts.yml playbooks/discover.yml
+	@echo "The fleet keeps running: 'make demo-down' removes it."
+
+demo-down: deps ## remove the demo fleet
+	gpunode sim down $(firstword $(subst =, ,$(word 1,$(DEMO_HOSTS)))) $(firstword $(subst =, ,$(word 2,$(DEMO_HOSTS))))
+
+clean: ## remove the venv, caches and simulated hosts
+	-gpunode sim down
+	rm -rf $(VENV) .cache .sim
