@@ -231,6 +231,8 @@ def normalize_overrides(overrides):
         if role not in ROLES:
             raise ValueError(f"override {key}: role {role!r} is not one of {', '.join(ROLES)}")
         rail = value.get("rail")
+        if isinstance(rail, str) and rail.strip().isdigit():
+            rail = int(rail)  # templated values arrive as strings
         if rail is not None:
             if role != "compute":
                 raise ValueError(f"override {key}: 'rail' is only valid with role compute (role is {role})")
