@@ -83,7 +83,7 @@ demo: image ## start a DGX + HGX simulated fleet and discover it
 	@echo "The fleet keeps running: 'make demo-down' removes it."
 
 demo-down: deps ## remove the demo fleet
-	gpunode sim down $(firstword $(subst =, ,$(word 1,$(DEMO_HOSTS)))) $(firstword $(subst =, ,$(word 2,$(DEMO_HOSTS))))
+	gpunode sim down --missing-ok $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down

@@ -32,6 +32,7 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     down = cmds.add_parser("down", help="remove hosts (all simulated hosts when none is named)")
     down.add_argument("hosts", nargs="*", metavar="NAME")
+    down.add_argument("--missing-ok", action="store_true", help="do not fail on hosts that do not exist")
 
     reboot = cmds.add_parser("reboot", help="reboot a host: volatile hardware state is reset")
     reboot.add_argument("host", metavar="NAME")
@@ -65,7 +66,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     elif cmd == "up":
         fleet.up([fleet.HostSpec.parse(h) for h in args.hosts], state_dir, replace=args.replace)
     elif cmd == "down":
-        fleet.down(args.hosts)
+        fleet.down(args.hosts, missing_ok=args.missing_ok)
     elif cmd == "reboot":
         fleet.reboot(args.host)
     elif cmd == "inventory":

@@ -135,8 +135,16 @@ def _known(names: list[str]) -> list[dict]:
     return [known[n] for n in names]
 
 
-def down(names: list[str] | None = None, *, log=print) -> None:
-    """Remove the named simulated hosts (all when ``names`` is empty) and their state."""
+def down(names: list[str] | None = None, *, missing_ok: bool = False, log=print) -> None:
+    """Remove the named simulated hosts (all when ``names`` is empty) and their state.
+
+    A name that is not a simulated host is an error unless ``missing_ok`` is set.
+    """
+    if names and missing_ok:
+        known = {h["name"] for h in hosts()}
+        names = [n for n in names if n in known]
+        if not names:
+            return
     targets = _known(names) if names else hosts()
     for host in targets:
         podman.run("rm", "-f", "--time", "5", host["container"])
