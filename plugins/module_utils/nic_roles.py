@@ -515,7 +515,13 @@ def classify(records, *, management_interfaces=(), overrides=None):
         if address in notes:
             assign(nic, "storage", notes[address])
         elif nic["gpu_distance"] in AFFINE:
-            reason = f"another NIC is nearer to every GPU it shares a switch with ({nic['gpu_distance']})"
+            near = min(range(len(gpus)), key=lambda j: _sort_key(*dist[address][j]))
+            other = rail_of_gpu.get(near)
+            gaddr = gpus[near]["pci_address"]
+            if other:
+                reason = f"nearest GPU {gaddr} ({nic['gpu_distance']}) already has rail NIC {other}"
+            else:
+                reason = f"nearest GPU {gaddr} ({nic['gpu_distance']}) has another nearer candidate"
             assign(nic, "storage", reason)
         elif nic["gpu_distance"] is None:
             assign(nic, "storage", "no GPU on this host: not a rail")
