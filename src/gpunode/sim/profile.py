@@ -521,7 +521,7 @@ class _Validator:
                 raise self.fail(f"{path}.rdma", f"not a valid RDMA device name: {rdma!r}")
             cards = {self.netdev_card[s] for s in slaves}
             if len(cards) != 1:
-                raise self.fail(f"{path}.rdma", f"RoCE LAG needs all slaves on one card, got {', '.join(sorted(cards))}")
+                raise self.fail(f"{path}.rdma", f"RoCE LAG needs all slaves on one card, got {sorted(cards)}")
             self.unique(self.rdma, rdma, "RDMA device", f"{path}.rdma")
         mtu = _int(node.get("mtu", 1500), f"{path}.mtu", self.source, minimum=68)
         return {"name": name, "mode": mode, "slaves": list(slaves), "rdma": rdma, "mtu": mtu}
