@@ -481,3 +481,212 @@ def test_input_is_not_modified():
     before = copy.deepcopy(recs)
     classify(recs, overrides={"0000:1a:00.0": {"role": "storage"}})
     assert recs == before
+
+
+# ---------------------------------------------------------------------------------------------
+# The same rules on sysfs trees written by the simulator (real kernel layout)
+# ---------------------------------------------------------------------------------------------
+
+sim_profile = pytest.importorskip("gpunode.sim.profile")
+sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
+pci_sysfs = pytest.importorskip("ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs")
+
+
+def _walk_nodes(children):
+    for node in children:
+        yield node
+        yield from _walk_nodes(node.get("children") or [])
+
+
+def nodes(profile):
+    for hb in profile["pcie"]:
+        yield from _walk_nodes(hb["children"])
+
+
+def nic_node(profile, slot):
+    return next(n for n in nodes(profile) if n.get("nic") == slot)
+
+
+def parent_of(profile, child):
+    return next(n for n in nodes(profile) if any(c is child for c in n.get("children") or []))
+
+
+def sysfs_snapshot(tmp_path, profile, name="host"):
+    normalized = sim_profile.validate_profile(profile, f"{profile['name']} (edited in test)")
+    root = tmp_path / name
+    sim_sysfs.materialize(normalized, root)
+    return pci_sysfs.read_sysfs(root)
+
+
+def profile_expectations(profile):
+    """``{pci address: expect}`` from the profile's own ``expect`` fields."""
+    out = {}
+    for node in nodes(profile):
+        if "nic" in node:
+            for fn in node["functions"]:
+                if fn.get("expect"):
+                    out[f"{node['nic']}.{fn['function']}"] = fn["expect"]
+    return out
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "hgx-h100"])
+def test_sysfs_reference_profiles_match_their_expectations(tmp_path, name):
+    profile = sim_profile.load_profile(name)
+    result = classify(sysfs_snapshot(tmp_path, profile))
+    nics = by_addr(result)
+    expected = profile_expectations(profile)
+    assert expected, "the profile declares what each NIC should be"
+    for address, expect in expected.items():
+        assert (nics[address]["role"], nics[address]["rail"]) == (expect["role"], expect["rail"]), address
+    assert result["gpus_without_rail"] == [] and result["warnings"] == []
+
+
+def test_sysfs_dgx_twelve_devices(tmp_path):
+    result = classify(sysfs_snapshot(tmp_path, sim_profile.load_profile("dgx-h100")), management_interfaces=[])
+    assert rail_addrs(result) == DGX_RAILS
+    assert [r["rdma_device"] for r in result["rails"]] == DGX12_RDMA
+    assert {r["link_layer"] for r in result["rails"]} == {"InfiniBand"}
+    assert "DGX H100" in result["platform"]["product"]
+
+
+def dgx_eleven_profile():
+    """The 11-device node of real-outputs/ibdev2netdev-dgx-h100-aben20807.txt: card aa shows one function."""
+    profile = copy.deepcopy(sim_profile.load_profile("dgx-h100"))
+    card = nic_node(profile, "0000:aa:00")
+    dropped = card["functions"].pop(1)
+    card["functions"][0].update(netdev="enp170s0np0", rdma="mlx5_7")
+    renumber = {"0000:c0:00": "mlx5_8", "0000:ce:00": "mlx5_9", "0000:dc:00": "mlx5_10"}
+    for slot, rdma in renumber.items():
+        nic_node(profile, slot)["functions"][0]["rdma"] = rdma
+    for bond in profile["bonds"]:
+        bond["slaves"] = [s for s in bond["slaves"] if s != dropped["netdev"]]
+    profile["bonds"] = [b for b in profile["bonds"] if len(b["slaves"]) > 0]
+    return profile
+
+
+def test_sysfs_dgx_eleven_devices_same_rail_addresses(tmp_path):
+    snapshot = sysfs_snapshot(tmp_path, dgx_eleven_profile())
+    result = classify(snapshot)
+    assert rail_addrs(result) == DGX_RAILS
+    assert [r["rdma_device"] for r in result["rails"]] == DGX11_RDMA
+    nics = by_addr(result)
+    assert nics["0000:aa:00.0"]["role"] == "storage"
+    assert nics["0000:aa:00.0"]["netdev"] == "enp170s0np0" and nics["0000:aa:00.0"]["rdma_device"] == "mlx5_7"
+
+
+def test_sysfs_hgx_roce_rails_never_cx6dx(tmp_path):
+    result = classify(sysfs_snapshot(tmp_path, sim_profile.load_profile("hgx-h100")))
+    assert rail_addrs(result) == HGX_RAILS
+    assert {r["link_layer"] for r in result["rails"]} == {"Ethernet"}
+    nics = by_addr(result)
+    assert {nics[a]["role"] for a in nics if nics[a]["model"] == "ConnectX-6 Dx"} == {"storage"}
+    assert len(result["nvswitches"]) == 4
+
+
+def test_sysfs_hgx_gpu_without_nic(tmp_path):
+    profile = copy.deepcopy(sim_profile.load_profile("hgx-h100"))
+    card = nic_node(profile, "0000:5e:00")
+    port = parent_of(profile, card)
+    port["children"].remove(card)
+    result = classify(sysfs_snapshot(tmp_path, profile))
+    (missing,) = result["gpus_without_rail"]
+    assert missing["gpu"] == "0000:5d:00.0" and missing["index"] == 3
+    assert [r["rail"] for r in result["rails"]] == [0, 1, 2, 4, 5, 6, 7]
+
+
+def _add_single_port(profile, gpu_slot_card, slot, model, **fn):
+    """Put a single-function NIC on a new downstream port of the switch that holds ``gpu_slot_card``."""
+    card = nic_node(profile, gpu_slot_card)
+    switch = parent_of(profile, parent_of(profile, card))
+    bus = int(slot[5:7], 16)
+    port_addr = f"0000:{int(switch['children'][0]['bridge'][5:7], 16):02x}:07.0"
+    extra = {
+        "nic": slot,
+        "model": model,
+        "board_id": fn.pop("board_id", CX7_BOARD),
+        "fw_version": "28.39.1002",
+        "link_layer": "Ethernet",
+        "speed_gbps": fn.pop("speed_gbps", 400),
+        "functions": [{"function": 0, "netdev": f"enp{bus}s0np0", "rdma": fn.pop("rdma", "mlx5_12")}],
+    }
+    switch["children"].append({"bridge": port_addr, "children": [extra]})
+
+
+def test_sysfs_tie_broken_by_model_and_true_tie(tmp_path):
+    profile = copy.deepcopy(sim_profile.load_profile("hgx-h100"))
+    _add_single_port(profile, "0000:1a:00", "0000:1c:00", "cx6lx", board_id="MT_0000000531")
+    nics = by_addr(classify(sysfs_snapshot(tmp_path, profile, "model")))
+    assert nics["0000:1a:00.0"]["rail"] == 0 and nics["0000:1c:00.0"]["role"] == "storage"
+
+    profile = copy.deepcopy(sim_profile.load_profile("hgx-h100"))
+    _add_single_port(profile, "0000:1a:00", "0000:1c:00", "cx7")
+    result = classify(sysfs_snapshot(tmp_path, profile, "tie"))
+    (amb,) = result["gpus_without_rail"]
+    assert amb["candidates"] == ["0000:1a:00.0", "0000:1c:00.0"]
+
+
+def test_sysfs_bluefield3_bond_is_dpu(tmp_path):
+    profile = copy.deepcopy(sim_profile.load_profile("hgx-h100"))
+    switch = parent_of(profile, parent_of(profile, nic_node(profile, "0000:9c:00")))
+    bf3 = {
+        "nic": "0000:9f:00",
+        "model": "bf3",
+        "board_id": BF3_BOARD,
+        "fw_version": "32.38.3056",
+        "link_layer": "Ethernet",
+        "speed_gbps": 200,
+        "functions": [
+            {"function": 0, "netdev": "enp159s0f0np0"},
+            {"function": 1, "netdev": "enp159s0f1np1"},
+        ],
+    }
+    switch["children"].append({"bridge": "0000:9a:07.0", "children": [bf3]})
+    profile["bonds"] = [{"name": "bond1", "mode": "802.3ad", "slaves": ["enp159s0f0np0", "enp159s0f1np1"],
+                         "rdma": "mlx5_bond_0"}]
+    result = classify(sysfs_snapshot(tmp_path, profile))
+    nics = by_addr(result)
+    for address in ("0000:9f:00.0", "0000:9f:00.1"):
+        assert nics[address]["role"] == "dpu" and nics[address]["bond"] == "bond1"
+        assert nics[address]["gpu_distance"] == "PIX"
+    assert nics["0000:9f:00.0"]["rdma_device"] == "mlx5_bond_0"
+    assert nics["0000:9f:00.0"]["board_id"] == BF3_BOARD
+    assert rail_addrs(result) == HGX_RAILS
+
+
+def test_sysfs_management_via_bond_and_plain_netdev(tmp_path):
+    snapshot = sysfs_snapshot(tmp_path, sim_profile.load_profile("dgx-h100"))
+    nics = by_addr(classify(snapshot, management_interfaces=["bond0"]))
+    assert [a for a, n in nics.items() if n["role"] == "management"] == ["0000:29:00.1", "0000:aa:00.1"]
+    nics = by_addr(classify(snapshot, management_interfaces=["enp41s0f0np0"]))
+    assert [a for a, n in nics.items() if n["role"] == "management"] == ["0000:29:00.0"]
+
+
+def test_sysfs_overrides(tmp_path):
+    snapshot = sysfs_snapshot(tmp_path, sim_profile.load_profile("hgx-h100"))
+    result = classify(snapshot, overrides={"0000:9d:00.0": {"role": "ignored"}, "0000:01:00.0": {"role": "storage"}})
+    assert by_addr(result)["0000:9d:00.0"]["role"] == "ignored"
+    assert result["warnings"] == ["override for 0000:01:00.0: not present on this host; ignored"]
+
+
+def test_sysfs_vf_present(tmp_path):
+    import os
+
+    profile = sim_profile.load_profile("hgx-h100")
+    root = tmp_path / "vf"
+    sim_sysfs.materialize(profile, root)
+    # What the kernel adds after `echo 1 > sriov_numvfs`: a sibling function with a physfn link.
+    pf_dir = os.path.realpath(root / "bus/pci/devices/0000:1a:00.0")
+    vf_dir = os.path.join(os.path.dirname(pf_dir), "0000:1a:00.1")
+    os.makedirs(vf_dir)
+    for attr, value in (("vendor", "0x15b3"), ("device", "0x101e"), ("class", "0x020000"), ("numa_node", "0")):
+        with open(os.path.join(vf_dir, attr), "w") as handle:
+            handle.write(value + "\n")
+    os.symlink(os.path.relpath(pf_dir, vf_dir), os.path.join(vf_dir, "physfn"))
+    os.symlink(os.path.relpath(vf_dir, root / "bus/pci/devices"), root / "bus/pci/devices/0000:1a:00.1")
+    snapshot = pci_sysfs.read_sysfs(root)
+    vf = next(d for d in snapshot["devices"] if d["address"] == "0000:1a:00.1")
+    assert vf["is_vf"] and vf["physfn"] == "0000:1a:00.0"
+    result = classify(snapshot)
+    nics = by_addr(result)
+    assert "0000:1a:00.1" not in nics and nics["0000:1a:00.0"]["ports"] == 1
+    assert rail_addrs(result) == HGX_RAILS
