@@ -21,7 +21,7 @@ def _link(nic):
 
 def _table(rows):
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def rail_map(hw, host=""):
