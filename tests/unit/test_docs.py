@@ -1,0 +1,49 @@
+"""Every plugin's documentation renders with ansible-doc (the acceptance of issue 2 names nic_info)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import COLLECTIONS
+
+ANSIBLE_DOC = str(Path(sys.executable).with_name("ansible-doc"))
+
+PLUGINS = [
+    ("module", "nic_info"),
+    ("module", "gpu_info"),
+    ("filter", "rail_map"),
+    ("filter", "interfaces_with_address"),
+]
+
+
+def _doc(kind: str, name: str, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run([ANSIBLE_DOC, "-t", kind, *extra, f"mlplatform.gpunode.{name}"],
+                          capture_output=True, text=True, env=env, check=False, timeout=120)
+
+
+@pytest.mark.parametrize(("kind", "name"), PLUGINS)
+def test_ansible_doc_renders(kind, name):
+    proc = _doc(kind, name)
+    assert proc.returncode == 0, proc.stderr
+    assert f"mlplatform.gpunode.{name}" in proc.stdout
+    assert "WARNING" not in proc.stderr, proc.stderr
+
+
+def test_nic_info_documents_every_returned_key():
+    proc = _doc("module", "nic_info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)["mlplatform.gpunode.nic_info"]
+    returned = set(doc["return"])
+    assert {"nics", "gpus", "nvswitches", "platform", "rails", "gpus_without_rail"} <= returned
+    nic_keys = set(doc["return"]["nics"]["contains"])
+    assert {"pci_address", "device_id", "model", "ports", "netdev", "rdma_device", "link_layer", "speed_gbps",
+            "numa_node", "board_id", "fw_version", "sriov_totalvfs", "sriov_numvfs", "bond", "role", "rail", "gpu",
+            "gpu_distance"} <= nic_keys
+    assert doc["doc"]["attributes"]["check_mode"]["support"] == "full"
