@@ -690,3 +690,58 @@ def test_sysfs_vf_present(tmp_path):
     nics = by_addr(result)
     assert "0000:1a:00.1" not in nics and nics["0000:1a:00.0"]["ports"] == 1
     assert rail_addrs(result) == HGX_RAILS
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader itself on a simulator tree
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reader_records_on_dgx_tree(tmp_path):
+    snapshot = sysfs_snapshot(tmp_path, sim_profile.load_profile("dgx-h100"))
+    recs = {d["address"]: d for d in snapshot["devices"]}
+    nic = recs["0000:18:00.0"]
+    assert (nic["vendor_id"], nic["device_id"], nic["numa_node"]) == ("0x15b3", "0x1021", 0)
+    assert nic["class_id"].startswith("0x02")
+    assert nic["host_bridge"] is not None and nic["bridges"]
+    assert all(b in recs for b in nic["bridges"])  # every ancestor is itself a PCI function
+    assert (nic["sriov_totalvfs"], nic["sriov_numvfs"], nic["is_vf"]) == (16, 0, False)
+    assert [n["name"] for n in nic["netdevs"]] == ["ibp24s0"]
+    assert nic["rdma"][0]["name"] == "mlx5_0" and nic["rdma"][0]["ports"][1]["state"] == "ACTIVE"
+    assert snapshot["bonds"]["bond0"]["slaves"] == ["enp41s0f1np1", "enp170s0f1np1"]
+    assert recs["0000:29:00.1"]["netdevs"][0]["bond"] == "bond0"
+    gpu = recs["0000:1b:00.0"]
+    assert gpu["vendor_id"] == "0x10de" and gpu["netdevs"] == [] and gpu["rdma"] == []
+
+
+def test_reader_link_down_speed_reads_none(tmp_path, monkeypatch):
+    import builtins
+    import errno
+    import os
+
+    root = tmp_path / "down"
+    sim_sysfs.materialize(sim_profile.load_profile("hgx-h100"), root)
+    speed = os.path.realpath(root / "class/net/enp26s0np0") + "/speed"
+    real_open = builtins.open
+
+    def einval_open(file, *args, **kwargs):
+        if os.fspath(file) == speed:
+            raise OSError(errno.EINVAL, "Invalid argument", speed)  # what the kernel does for a down link
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", einval_open)
+    snapshot = pci_sysfs.read_sysfs(root)
+    nic = next(d for d in snapshot["devices"] if d["address"] == "0000:1a:00.0")
+    assert nic["netdevs"][0]["speed_mbps"] is None
+
+
+def test_reader_optional_files_missing_are_none(tmp_path):
+    import os
+
+    root = tmp_path / "sparse"
+    sim_sysfs.materialize(sim_profile.load_profile("hgx-h100"), root)
+    pf = os.path.realpath(root / "bus/pci/devices/0000:1a:00.0")
+    for attr in ("numa_node", "sriov_totalvfs", "sriov_numvfs"):
+        os.remove(os.path.join(pf, attr))
+    nic = next(d for d in pci_sysfs.read_sysfs(root)["devices"] if d["address"] == "0000:1a:00.0")
+    assert (nic["numa_node"], nic["sriov_totalvfs"], nic["sriov_numvfs"]) == (None, None, None)
