@@ -60,8 +60,8 @@ options:
         V(0000)).
       - "Each value is a dict: C(role) (one of V(compute), V(storage), V(management), V(dpu), V(ignored)) and,
         for V(compute) only, an optional C(rail) (the index of the GPU it serves)."
-      - An address that is not a Mellanox PF on this host is reported in RV(warnings), not an error; an invalid
-        role or rail fails the module naming the address.
+      - An address that is not a Mellanox PF on this host is reported in RV(discovery_warnings), not an error;
+        an invalid role or rail fails the module naming the address.
     type: dict
     default: {}
 extends_documentation_fragment:
@@ -290,8 +290,11 @@ gpus_without_rail:
       index: 0
       reason: 2 NICs tie at PIX distance (same model, board id and speed)
       candidates: ["0000:1a:00.0", "0000:1c:00.0"]
-warnings:
-  description: Odd layouts found (GPU without rail, override for an absent address, rail link not active, ...).
+discovery_warnings:
+  description:
+    - Odd layouts found (GPU without rail, override for an absent address, rail link not active, ...). Each entry
+      is also emitted as an Ansible warning.
+    - This is the C(warnings) list of the classifier; C(warnings) itself is a reserved result key in Ansible.
   returned: success
   type: list
   elements: str
@@ -325,7 +328,12 @@ def main():
         )
     except ValueError as exc:
         module.fail_json(msg=f"nic_info: invalid override: {exc}", sysfs_root=root)
-    module.exit_json(changed=False, **result)
+    # "warnings" is reserved in module results (Ansible consumes it): publish the list under its own
+    # key and raise each entry as an Ansible warning too.
+    notes = result.pop("warnings")
+    for note in notes:
+        module.warn(note)
+    module.exit_json(changed=False, discovery_warnings=notes, **result)
 
 
 if __name__ == "__main__":

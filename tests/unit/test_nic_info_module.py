@@ -13,7 +13,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info, nic
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
 
-RESULT_KEYS = {"nics", "gpus", "nvswitches", "platform", "rails", "gpus_without_rail", "warnings"}
+RESULT_KEYS = {"nics", "gpus", "nvswitches", "platform", "rails", "gpus_without_rail", "discovery_warnings"}
 
 
 class AnsibleExitJson(Exception):
@@ -65,6 +65,7 @@ def test_nic_info_success(hgx_root):
     result = run(nic_info, {"sysfs_root": str(hgx_root)})
     assert result["changed"] is False
     assert set(result) >= RESULT_KEYS
+    assert "warnings" not in result  # reserved by Ansible: the list is discovery_warnings
     assert [r["rail"] for r in result["rails"]] == list(range(8))
     assert result["platform"]["product"] == "PowerEdge XE9680"
 
@@ -86,7 +87,7 @@ def test_nic_info_management_and_overrides(dgx_root):
     roles = {n["pci_address"]: n["role"] for n in result["nics"]}
     assert roles["0000:29:00.1"] == roles["0000:aa:00.1"] == "management"
     assert roles["0000:29:00.0"] == "ignored"
-    assert result["warnings"] == ["override for 0000:77:00.0: not present on this host; ignored"]
+    assert result["discovery_warnings"] == ["override for 0000:77:00.0: not present on this host; ignored"]
 
 
 def test_nic_info_sysfs_root_missing(tmp_path):
