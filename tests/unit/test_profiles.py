@@ -261,6 +261,8 @@ ERRORS = [
     ("duplicate PCI address", _dup_gpu,
      f"hgx-h100.yaml: pcie[0].children[0].children[0].children[0].children[1].gpu: duplicate PCI address "
      f"0000:19:00.0 (first at {GPU0}.gpu)"),
+    ("duplicate NIC slot", _set(NIC1, "nic", "0000:1a:00"),
+     f"hgx-h100.yaml: {NIC1}.nic: duplicate PCI address 0000:1a:00.0 (first at {NIC0}.nic)"),
     ("duplicate netdev", _set(f"{NIC1}.functions[0]", "netdev", "enp26s0np0"),
      f"hgx-h100.yaml: {NIC1}.functions[0].netdev: duplicate netdev enp26s0np0 (first at {NIC0}.functions[0].netdev)"),
     ("duplicate RDMA", _set(f"{NIC1}.functions[0]", "rdma", "mlx5_0"),

@@ -436,7 +436,7 @@ class _Validator:
             raise self.fail(f"{path}.function", f"must be an integer 0..7, got {fn!r}")
         self.unique(seen, fn, "function", f"{path}.function")
         addr = f"{card['nic']}.{fn}"
-        self.unique(self.addresses, addr, "PCI address", f"{path}.function")
+        self.unique(self.addresses, addr, "PCI address", f"{path.rsplit('.functions[', 1)[0]}.nic")
         layer = node.get("link_layer", card["link_layer"])
         if layer not in LINK_LAYERS:
             raise self.fail(f"{path}.link_layer", f"must be one of {', '.join(LINK_LAYERS)}, got {layer!r}")
