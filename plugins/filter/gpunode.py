@@ -38,8 +38,10 @@ def rail_map(hw, host=""):
         raise AnsibleFilterError("rail_map expects the gpunode_hw fact (a mapping with 'gpus' and 'nics')")
     platform = hw.get("platform") or {}
     nics = {n["pci_address"]: n for n in hw["nics"]}
+    vendor, product = platform.get("vendor") or "?", platform.get("product") or "?"
+    name = product if product.startswith(vendor) else f"{vendor} {product}"
     heading = (
-        f"{host}: {platform.get('vendor') or '?'} {platform.get('product') or '?'} - "
+        f"{host}: {name} - "
         f"{len(hw['gpus'])} GPUs, {len(hw.get('rails') or [])} rails, "
         f"{len(hw.get('nvswitches') or [])} NVSwitches"
     ).strip()
