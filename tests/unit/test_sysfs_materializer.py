@@ -356,12 +356,26 @@ def test_host_index_changes_macs_and_guids(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["dgx-h100", "hgx-h100"])
 def test_materialize_is_fast(name: str, tmp_path: Path) -> None:
+    """Under 0.2 s per profile on an idle disk (about 0.05 s measured).
+
+    File creation dominates, and on a shared CI box it can be 10-30x slower while containers start.
+    So the budget is 0.2 s or, on a slower disk, twice what merely creating the same number of
+    entries takes there: what this guards is the materializer's own overhead.
+    """
     profile = load_profile(name)
-    best = min(_timed(materialize, profile, tmp_path / f"run{i}") for i in range(3))
-    assert best < 0.2
+    best = min(_seconds(materialize, profile, tmp_path / f"run{i}") for i in range(3))
+    entries = sum(len(d) + len(f) for _p, d, f in os.walk(tmp_path / "run0"))
+    floor = min(_seconds(_create_entries, tmp_path / f"floor{i}", entries) for i in range(3))
+    assert best < max(0.2, 2 * floor), (best, floor, entries)
 
 
-def _timed(func: Any, *args: Any) -> float:
+def _seconds(func: Any, *args: Any) -> float:
     start = time.perf_counter()
     func(*args)
     return time.perf_counter() - start
+
+
+def _create_entries(root: Path, count: int) -> None:
+    root.mkdir()
+    for i in range(count):
+        (root / str(i)).write_text("0\n")
