@@ -77,15 +77,15 @@ def test_storage_nics_are_never_rails(profile, result):
 
 
 def test_rails_match_sysfs(host, result):
-    """Each rail's netdev and RDMA device really sit on the rail's PCI function."""
-    for rail in result["rails"]:
-        bdf = rail["pci_address"]
-        net = host.file(f"{SYSFS}/class/net/{rail['netdev']}/device").linked_to
-        rdma = host.file(f"{SYSFS}/class/infiniband/{rail['rdma_device']}/device").linked_to
-        assert os.path.basename(net) == bdf
-        assert os.path.basename(rdma) == bdf
-        state = host.file(f"{SYSFS}/class/infiniband/{rail['rdma_device']}/ports/1/state").content_string
-        assert state.strip() == "4: ACTIVE"
+    """Each rail's netdev and RDMA device really sit on the rail's PCI function, and its port is up."""
+    rails = result["rails"]
+    links = [f"{SYSFS}/class/net/{r['netdev']}/device" for r in rails]
+    links += [f"{SYSFS}/class/infiniband/{r['rdma_device']}/device" for r in rails]
+    resolved = host.check_output("readlink -e" + " %s" * len(links), *links).splitlines()
+    bdfs = [r["pci_address"] for r in rails]
+    assert [os.path.basename(p) for p in resolved] == bdfs + bdfs
+    states = [f"{SYSFS}/class/infiniband/{r['rdma_device']}/ports/1/state" for r in rails]
+    assert host.check_output("cat" + " %s" * len(states), *states).splitlines() == ["4: ACTIVE"] * len(rails)
 
 
 def test_dgx_rails_follow_the_user_guide(profile, result):
@@ -113,3 +113,13 @@ def test_hgx_storage_nic_on_gpu0_switch_is_not_a_rail(profile, result):
 def test_platform_identity_matches_dmi(host, profile, result):
     vendor = host.file(f"{SYSFS}/class/dmi/id/sys_vendor").content_string.strip()
     assert result["platform"]["vendor"] == vendor == profile["dmi"]["sys_vendor"]
+
+
+def test_reboot_reset_volatile_state_and_kept_the_disk(host, profile):
+    """side_effect.yml wrote 4 VFs on the DGX's rail 0, then rebooted it with `gpunode sim reboot`."""
+    if profile["name"] != "dgx-h100":
+        pytest.skip("only the DGX is rebooted")
+    numvfs = host.file(f"{SYSFS}/bus/pci/devices/0000:18:00.0/sriov_numvfs").content_string
+    assert numvfs == "0\n"
+    assert host.file(RESULT).exists
+    assert host.run("systemctl is-system-running").stdout.strip() == "running"
