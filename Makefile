@@ -66,7 +66,7 @@ image: deps ## build the simulated hosts' image (cached by recipe)
 lint: deps ## yamllint, ansible-lint (production profile), ruff
 	yamllint --strict .
 	ansible-lint
-	ruff check src plugins tests molecule bench
+	ruff check src plugins tests molecule
 
 unit: deps ## pytest unit and conformance tests
 	pytest -q tests/unit

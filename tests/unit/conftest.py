@@ -7,6 +7,7 @@ The repository root *is* the collection. Ansible (and our module_utils imports) 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -20,10 +21,8 @@ _LINK = COLLECTIONS / "ansible_collections" / "mlplatform" / "gpunode"
 
 if not _LINK.exists():
     _LINK.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):  # another process made it first
         os.symlink(REPO, _LINK)
-    except FileExistsError:  # another xdist worker won the race
-        pass
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 if str(REPO / "src") not in sys.path:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COLLECTIONS
-
 ANSIBLE_DOC = str(Path(sys.executable).with_name("ansible-doc"))
+# conftest.py links the repository here as ansible_collections/mlplatform/gpunode.
+COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
 
 PLUGINS = [
     ("module", "nic_info"),
