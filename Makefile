@@ -27,7 +27,7 @@ APT_PACKAGES := podman runc debootstrap tar
 DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
 SCENARIOS := discovery
 
-.PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down clean
+.PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -66,7 +66,7 @@ image: deps ## build the simulated hosts' image (cached by recipe)
 lint: deps ## yamllint, ansible-lint (production profile), ruff
 	yamllint --strict .
 	ansible-lint
-	ruff check src plugins tests molecule
+	ruff check src plugins tests molecule bench
 
 unit: deps ## pytest unit and conformance tests
 	pytest -q tests/unit
@@ -84,6 +84,9 @@ demo: image ## start a DGX + HGX simulated fleet and discover it
 
 demo-down: deps ## remove the demo fleet
 	gpunode sim down --missing-ok $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
+
+bench: deps ## benchmarks; writes BENCHMARKS.md
+	python bench/bench_discovery.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down
