@@ -13,13 +13,18 @@ Rules, in order (the first that applies wins):
 1. an override from the caller (keyed by PCI address);
 2. ``management``: the PF's netdev is a management interface, or a lower of one (bond slave,
    VLAN parent), as passed in ``management_interfaces``;
-3. ``dpu``: a BlueField device id;
+3. ``dpu``: a BlueField device id, except a single-port BlueField in no bond that shares a PCIe
+   switch (PIX/PXB) with a GPU: that is a SuperNIC (B3140H, one per GPU on Spectrum-X systems) and
+   goes on to rule 6 as a rail candidate;
 4. ``ignored``: neither netdev nor RDMA device, and no GPU affinity (nothing to configure);
 5. ``storage``: member of a bond; or a PF of a multi-port card (more than one PF per slot);
 6. the remaining single-port PFs are rail candidates; each GPU (PCI order) takes the nearest
    candidate at PIX/PXB distance, ties broken by the model/board id the host's other rails share,
-   then by link speed; a true tie is ambiguous (no rail, reported). Unchosen candidates are
-   ``storage``.
+   then by link speed; a true tie is ambiguous (no rail, reported). A GPU with no PIX/PXB
+   candidate at all (boards without PCIe switches, e.g. HGX 4-GPU) takes the candidate on its
+   own host bridge (PHB) when there is exactly one, it is PIX/PXB to no GPU and no other GPU
+   has taken it, with a warning; two or more are ambiguous. Unchosen candidates are
+   ``storage`` (``dpu`` for a BlueField).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ NIC_MODELS = {
 }
 BLUEFIELD_IDS = frozenset(("0xa2d2", "0xa2d6", "0xa2dc"))
 MLX5_VF_DEVICE_ID = "0x101e"
-GPU_MODELS = {"0x2330": "H100 SXM5 80GB"}  # hardware-facts.md "PCI identities"
+# hardware-facts.md "PCI identities"; 0x2335 from the public pci.ids ("GH100 [H200 SXM 141GB]").
+GPU_MODELS = {"0x2330": "H100 SXM5 80GB", "0x2335": "H200 SXM 141GB"}
 NVSWITCH_IDS = frozenset(("0x22a3",))
 
 ROLES = ("compute", "storage", "management", "dpu", "ignored")
@@ -324,6 +330,18 @@ def _management_map(management_interfaces, bonds, lowers):
     return found
 
 
+def _supernic(nic):
+    """A BlueField that is wired like a rail: one PF in its slot (B3140H SuperNIC; the B3220/B3240
+    DPUs are dual-port), in no bond, and sharing a PCIe switch with a GPU (PIX/PXB). Whether the
+    card runs in DPU or NIC mode is not visible in sysfs, so placement decides."""
+    return (
+        nic["device_id"] in BLUEFIELD_IDS
+        and nic["ports"] == 1
+        and not nic["bond"]
+        and nic["gpu_distance"] in AFFINE
+    )
+
+
 def _signature_of(nic):
     return (nic["device_id"], nic["board_id"])
 
@@ -416,6 +434,8 @@ def classify(records, *, management_interfaces=(), overrides=None):
             carried = mgmt[nic["bond"]]
         if carried is not None:
             assign(nic, "management", f"carries management interface {carried}")
+        elif _supernic(nic):
+            pass  # single-port BlueField in a GPU's PCIe switch: a SuperNIC, rail candidate (rule 6)
         elif nic["device_id"] in BLUEFIELD_IDS:
             extra = f", member of {nic['bond']}" if nic["bond"] else ""
             assign(nic, "dpu", f"{nic['model']} DPU{extra}: never a rail")
@@ -468,6 +488,36 @@ def classify(records, *, management_interfaces=(), overrides=None):
         if i in rail_of_gpu:
             continue
         if i not in best:
+            phb = [
+                a for a in candidates
+                if dist[a][i][0] == "PHB" and all(d[0] not in AFFINE for d in dist[a])
+            ]
+            if len(phb) == 1 and phb[0] not in rail_of_gpu.values():
+                chosen = phb[0]
+                rail_of_gpu[i] = chosen
+                nic = nics[chosen]
+                nic["rail"] = i
+                nic["gpu"] = gaddr
+                if nic["role"] is None:
+                    assign(nic, "compute", f"only single-port NIC on the host bridge of GPU {gaddr} (PHB; "
+                                           "no NIC shares a PCIe switch with it)")
+                warnings.append(f"GPU {i} ({gaddr}): rail {chosen} chosen at PHB distance (same host bridge, "
+                                "no shared PCIe switch)")
+                continue
+            if len(phb) > 1:
+                reason = (f"no single-port Mellanox NIC shares a PCIe switch (PIX/PXB) with this GPU and "
+                          f"{len(phb)} sit on its host bridge (PHB): ambiguous")
+                without_rail.append({"gpu": gaddr, "index": i, "reason": reason, "candidates": sorted(phb)})
+                for a in phb:
+                    notes.setdefault(a, f"one of {len(phb)} PHB rail candidates for GPU {gaddr}: ambiguous, "
+                                        "see gpus_without_rail")
+                continue
+            if phb:
+                owner = next(g for g, a in rail_of_gpu.items() if a == phb[0])
+                reason = (f"the only NIC on its host bridge (PHB), {phb[0]}, already serves GPU "
+                          f"{gpus[owner]['pci_address']} (index {owner})")
+                without_rail.append({"gpu": gaddr, "index": i, "reason": reason, "candidates": list(phb)})
+                continue
             near = [
                 f"{a} is {dist[a][i][0]} but {nics[a]['role']}"
                 for a in nics
@@ -512,7 +562,10 @@ def classify(records, *, management_interfaces=(), overrides=None):
             if nic["role"] == "compute" and nic["rail"] is None:
                 warnings.append(f"override makes {address} compute but no GPU without a rail is near it: no rail")
             continue
-        if address in notes:
+        if nic["device_id"] in BLUEFIELD_IDS:
+            why = notes.get(address) or "not chosen as a rail"
+            assign(nic, "dpu", f"{nic['model']} single-port near a GPU but {why}: dpu")
+        elif address in notes:
             assign(nic, "storage", notes[address])
         elif nic["gpu_distance"] in AFFINE:
             near = min(range(len(gpus)), key=lambda j: _sort_key(*dist[address][j]))

@@ -18,15 +18,21 @@ description:
     or interface names. Each NIC carries a human-readable O(ignore:role_reason).
   - "Rules, first match wins: an override from O(overrides); V(management) when the PF's netdev (or a bond or
     VLAN built on it) is one of O(management_interfaces); V(dpu) for BlueField device ids (C(0xa2dc) BlueField-3,
-    C(0xa2d6) BlueField-2); V(ignored) when the PF has neither netdev nor RDMA device and no GPU within its PCIe
-    switch; V(storage) for bond members and for every PF of a multi-port card (more than one PF in one slot);
-    the remaining single-port PFs are rail candidates."
+    C(0xa2d6) BlueField-2), except a single-port BlueField in no bond that shares a PCIe switch (C(PIX)/C(PXB))
+    with a GPU, which is a SuperNIC (BlueField-3 B3140H, one per GPU on Spectrum-X systems) and a rail candidate
+    (the DPU/NIC operation mode is not visible in sysfs, so placement decides); V(ignored) when the PF has
+    neither netdev nor RDMA device and no GPU within its PCIe switch; V(storage) for bond members and for every
+    PF of a multi-port card (more than one PF in one slot); the remaining single-port PFs are rail candidates."
   - Exactly one compute rail per GPU. Each GPU, in PCI address order, takes the nearest candidate at C(PIX) or
     C(PXB) distance (C(PIX) before C(PXB), fewer PCIe hops first). Ties are broken by the model and board id
     shared by the host's other rails, then by higher link speed; a remaining tie is ambiguous and the GPU is
     reported in RV(gpus_without_rail) with its candidates. A NIC nearest to two GPUs serves the first one only.
+  - A GPU with no C(PIX)/C(PXB) candidate at all (boards without PCIe switches, such as HGX H100 4-GPU servers
+    whose GPUs and NICs sit on CPU root ports) falls back to C(PHB) - the same host bridge - when exactly one
+    candidate is there, that candidate is C(PIX)/C(PXB) to no GPU and no other GPU has taken it; the choice is
+    reported in RV(discovery_warnings). Two or more C(PHB) candidates are ambiguous (RV(gpus_without_rail)).
     The rail index is the GPU's index in PCI address order (rail i serves GPU i), not the mlx5 number.
-    Candidates not chosen become V(storage).
+    Candidates not chosen become V(storage) (a BlueField becomes V(dpu)).
   - "PCIe distance uses the terms of C(nvidia-smi topo -m): C(PIX) at most one PCIe switch between the devices
     (both within two levels below their deepest common bridge), C(PXB) several bridges below a common one without
     the host bridge, C(PHB) same host bridge, C(NODE) same NUMA node through different host bridges, C(SYS)
@@ -34,7 +40,8 @@ description:
     (legend and GPU/NIC matrix) and hardware-facts.md section GPU side."
   - "Hardware identities come from hardware-facts.md section PCI identities (C(15b3:1021) ConnectX-7, C(15b3:101d)
     ConnectX-6 Dx, C(15b3:101f) ConnectX-6 Lx, C(15b3:a2dc) BlueField-3, C(15b3:101e) mlx5 VF, C(10de:2330)
-    H100 SXM5 80GB, C(10de:22a3) NVSwitch). RDMA port formats (C(4: ACTIVE), C(5: LinkUp),
+    H100 SXM5 80GB, C(10de:22a3) NVSwitch; C(10de:2335) H200 SXM 141GB from the public pci.ids). Any NVIDIA 3D
+    controller (class C(0302)) counts as a GPU. RDMA port formats (C(4: ACTIVE), C(5: LinkUp),
     and rates such as 400 Gb/sec (4X NDR)) come from real-outputs C(sysfs-class-infiniband-h100-ib-bf3-gpud.txt)."
   - This module never changes anything; RV(ignore:changed) is always false.
 author:
