@@ -20,23 +20,8 @@ description:
     this version does not read them yet and always returns null for them.
 author:
   - mlplatform.gpunode developers
-options:
-  sysfs_root:
-    description:
-      - Root of the sysfs tree to read. V(/sys) on a real host; a simulated host's tree elsewhere.
-    type: path
-    default: /sys
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-    details: Read-only module, there is nothing to diff.
-  platform:
-    support: full
-    platforms: linux
+  - mlplatform.gpunode.sysfs
 seealso:
   - module: mlplatform.gpunode.nic_info
 """
@@ -128,9 +113,9 @@ fabric_state:
   sample: null
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import gpu_inventory  # noqa: E402
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import gpu_inventory
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 
 
 def main():

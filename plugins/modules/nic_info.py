@@ -47,11 +47,6 @@ description:
 author:
   - mlplatform.gpunode developers
 options:
-  sysfs_root:
-    description:
-      - Root of the sysfs tree to read. V(/sys) on a real host; a simulated host's tree elsewhere.
-    type: path
-    default: /sys
   management_interfaces:
     description:
       - Interfaces that carry management traffic, typically the default-route interface and the one holding the
@@ -72,16 +67,7 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-    details: Read-only module, there is nothing to diff.
-  platform:
-    support: full
-    platforms: linux
+  - mlplatform.gpunode.sysfs
 notes:
   - Netdev names vary with the OS naming policy and mlx5 numbering shifts when a card exposes fewer functions
     (real-outputs C(ibdev2netdev-dgx-h100-aben20807.txt) shows 11 devices instead of 12); both are reported as
@@ -308,9 +294,9 @@ discovery_warnings:
   sample: ["override for 0000:55:00.0: not present on this host; ignored"]
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify  # noqa: E402
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 
 
 def main():

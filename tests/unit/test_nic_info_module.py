@@ -17,11 +17,11 @@ RESULT_KEYS = {"nics", "gpus", "nvswitches", "platform", "rails", "gpus_without_
 
 
 class AnsibleExitJson(Exception):
-    pass
+    """Raised by the patched exit_json; carries the module result."""
 
 
 class AnsibleFailJson(Exception):
-    pass
+    """Raised by the patched fail_json; carries the failure."""
 
 
 def _exit_json(self, **kwargs):
