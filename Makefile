@@ -39,7 +39,7 @@ $(STAMPS)/system-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing from apt:$$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
-	  apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	  apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 	@touch $@
 
