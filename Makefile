@@ -15,7 +15,7 @@ PYTHON ?= python3
 STAMPS := $(ROOT)/.cache/stamps
 COLLECTION_LINK := $(ROOT)/.cache/collections/ansible_collections/mlplatform/gpunode
 
-export PATH := $(VENV)/bin:$(PATH)
+export PATH := $(VENV)/bin:$(PATH):/usr/sbin:/sbin
 export CONTAINERS_CONF ?= $(ROOT)/src/gpunode/sim/image/containers.conf
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.cache/collections
