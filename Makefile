@@ -25,7 +25,9 @@ export PY_COLORS ?= 0
 
 APT_PACKAGES := podman runc debootstrap tar
 DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
-SCENARIOS := discovery
+# One line per molecule scenario, run in this order by `make molecule`.
+SCENARIOS :=
+SCENARIOS += discovery
 
 .PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
