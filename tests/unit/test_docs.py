@@ -17,6 +17,9 @@ COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
 PLUGINS = [
     ("module", "nic_info"),
     ("module", "gpu_info"),
+    ("module", "mlxconfig"),
+    ("module", "mlxconfig_info"),
+    ("module", "roce_accl"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
 ]
