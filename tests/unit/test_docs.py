@@ -20,6 +20,8 @@ PLUGINS = [
     ("module", "mlxconfig"),
     ("module", "mlxconfig_info"),
     ("module", "roce_accl"),
+    ("module", "sriov_vfs"),
+    ("module", "roce_qos"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
 ]
