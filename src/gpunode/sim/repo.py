@@ -213,21 +213,21 @@ def build_deb(pkg: dict[str, Any], outdir: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="gpunode-deb-") as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
-        os.chmod(root, 0o755)
+        os.chmod(root, 0o755)  # noqa: S103 - packaged files and the served repo are world-readable by design
         _write_payload(root, pkg)
         size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
         debian = root / "DEBIAN"
         debian.mkdir()
-        os.chmod(debian, 0o755)
+        os.chmod(debian, 0o755)  # noqa: S103 - packaged files and the served repo are world-readable by design
         (debian / "control").write_text(_control(pkg, max(1, (size + 1023) // 1024)))
         for script in ("postinst", "prerm"):
             if pkg.get(script):
                 path = debian / script
                 path.write_text("#!/bin/sh\nset -e\n" + pkg[script])
-                os.chmod(path, 0o755)
+                os.chmod(path, 0o755)  # noqa: S103 - packaged files and the served repo are world-readable by design
         for dirpath, dirnames, _ in os.walk(root):
             for d in dirnames:
-                os.chmod(os.path.join(dirpath, d), 0o755)
+                os.chmod(os.path.join(dirpath, d), 0o755)  # noqa: S103 - packaged files and the served repo are world-readable by design
         version = pkg["version"].split(":", 1)[-1]
         deb = outdir / f"{pkg['name']}_{version}_{pkg['architecture']}.deb"
         proc = subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
@@ -368,7 +368,7 @@ def build(output: Path | None = None, *, force: bool = False, log=print) -> Path
             os.rename(staging / vendor, target)
             shutil.rmtree(old, ignore_errors=True)
         (output / BUILD_ID).write_text(inputs_hash() + "\n")
-        os.chmod(output, 0o755)
+        os.chmod(output, 0o755)  # noqa: S103 - packaged files and the served repo are world-readable by design
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log(f"built sim repo {output}")

@@ -272,8 +272,8 @@ def pci_modaliases():
         if not (vendor and device and klass):
             continue
         cls = int(klass, 16)
-        result.append("pci:v%08Xd%08Xsv*sd*bc%02Xsc%02Xi%02X" % (
-            int(vendor, 16), int(device, 16), cls >> 16, (cls >> 8) & 0xFF, cls & 0xFF))
+        result.append(f"pci:v{int(vendor, 16):08X}d{int(device, 16):08X}sv*sd*"
+                      f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}")
     return result
 
 
@@ -312,7 +312,7 @@ def boot(out=sys.stdout, err=sys.stderr):
 
 
 def _exec_real(path, argv):
-    os.execv(path, [path] + argv)
+    os.execv(path, [path] + argv)  # noqa: S606 - modprobe shim hands over to the real kmod binary (argv list, no shell)
 
 
 def modprobe(argv, out=sys.stdout, err=sys.stderr):
