@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -55,11 +56,36 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     mat.add_argument("dest", type=Path)
 
 
+def _kapi_parser(sub: argparse._SubParsersAction) -> None:
+    kapi = sub.add_parser("kapi", help="the Kubernetes API emulator (loopback HTTPS, for tests)")
+    cmds = kapi.add_subparsers(dest="kapi_cmd", required=True)
+    serve = cmds.add_parser("serve", help="serve the emulator in the foreground")
+    serve.add_argument("--port", type=int, default=16443, help="TCP port on 127.0.0.1 (default 16443)")
+    serve.add_argument("--state", type=Path, required=True,
+                       help="state directory: CA, admin.conf, admin.token, objects.json (created if missing)")
+    creds = cmds.add_parser("credentials", help="create the CA, admin token and admin.conf without serving; "
+                            "print server, kubeconfig and the CA cert hash pin as JSON")
+    creds.add_argument("--port", type=int, default=16443)
+    creds.add_argument("--state", type=Path, required=True)
+
+
+def _run_kapi(args: argparse.Namespace) -> int:
+    from gpunode.kapi import server  # aiohttp is only imported when the emulator is used
+
+    if args.kapi_cmd == "serve":
+        server.serve(args.state.resolve(), args.port)
+    else:
+        creds = server.ensure_credentials(args.state.resolve(), args.port)
+        print(json.dumps({k: creds[k] for k in ("server", "kubeconfig", "ca_cert_hash")}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpunode`` command."""
     parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     _sim_parser(sub)
+    _kapi_parser(sub)
     return parser
 
 
@@ -100,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "sim":
             return _run_sim(args)
+        if args.cmd == "kapi":
+            return _run_kapi(args)
     except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError) as exc:
         print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2

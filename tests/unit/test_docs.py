@@ -17,6 +17,8 @@ COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
 PLUGINS = [
     ("module", "nic_info"),
     ("module", "gpu_info"),
+    ("module", "sriov_vfs"),
+    ("module", "roce_qos"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
 ]
