@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpunode.sim import fleet, image
+from gpunode.sim import fleet, image, repo
 from gpunode.sim.podman import PodmanError
 from gpunode.sim.profile import ProfileError, list_profiles, load_profile
 from gpunode.sim.sysfs import materialize
@@ -40,6 +40,13 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+
+    rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
+    rep_cmds = rep.add_subparsers(dest="repo_cmd", required=True)
+    rb = rep_cmds.add_parser("build", help="build the signed repositories (skipped when the inputs are unchanged)")
+    rb.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    rb.add_argument("--output", type=Path, default=None, help="where to build (default: .cache/sim-repo)")
+    rep_cmds.add_parser("path", help="print where the repositories are built")
 
     cmds.add_parser("status", help="list the simulated hosts")
     cmds.add_parser("profiles", help="list the hardware profiles")
@@ -97,6 +104,10 @@ def _run_sim(args: argparse.Namespace) -> int:
         fleet.reboot(args.host)
     elif cmd == "inventory":
         fleet.inventory(args.output)
+    elif cmd == "repo" and args.repo_cmd == "build":
+        repo.build(args.output, force=args.force)
+    elif cmd == "repo":
+        print(repo.default_output())
     elif cmd == "status":
         for h in fleet.hosts():
             print(f"{h['name']:<16} {h['profile']:<16} {h['status']:<10} {h['container']}")
@@ -117,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run_sim(args)
         if args.cmd == "kapi":
             return _run_kapi(args)
-    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError) as exc:
+    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError) as exc:
         print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2
     return 0

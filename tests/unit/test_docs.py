@@ -17,6 +17,9 @@ COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
 PLUGINS = [
     ("module", "nic_info"),
     ("module", "gpu_info"),
+    ("module", "mlxconfig"),
+    ("module", "mlxconfig_info"),
+    ("module", "roce_accl"),
     ("module", "sriov_vfs"),
     ("module", "roce_qos"),
     ("filter", "rail_map"),
