@@ -402,7 +402,8 @@ def token_create(args: list[str], out, err) -> int:
         delta = _duration(ttl)
         tid, tsecret = secrets.token_hex(3), secrets.token_hex(8)
         data = {"token-id": tid, "token-secret": tsecret, "usage-bootstrap-authentication": "true",
-                "usage-bootstrap-signing": "true", "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}
+                "usage-bootstrap-signing": "true",
+                "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}
         if delta.total_seconds() > 0:
             expires = datetime.datetime.now(tz=datetime.UTC) + delta
             data["expiration"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")

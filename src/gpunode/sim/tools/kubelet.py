@@ -94,7 +94,8 @@ def main(argv: list[str], out=None, err=None) -> int:
             print(f'I1130 kubelet_node_status.go:75] "Successfully updated node status" node="{node}"', file=out,
                   flush=True)
         else:
-            print(f'E1130 kubelet_node_status.go:585] "Error updating node status, will retry" err="{result.get("message", code)}" '
+            message = result.get("message", code)
+            print(f'E1130 kubelet_node_status.go:585] "Error updating node status, will retry" err="{message}" '
                   f'node="{node}"', file=err, flush=True)
             if once:
                 return 1
