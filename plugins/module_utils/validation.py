@@ -309,4 +309,5 @@ def verdict(checks, pairs):
     """``(passed, failures)``: the node passes when no check failed and no pair is blamed on it."""
     failures = [c["reason"] or c["check"] for c in checks if c["status"] == "fail"]
     failures += [p["reason"] for p in pairs or [] if p["status"] == "fail" and p.get("blamed")]
+    failures = list(dict.fromkeys(failures))  # one line per distinct reason (nvidia-smi missing fails 4 checks)
     return not failures, failures
