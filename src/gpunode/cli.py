@@ -41,6 +41,7 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+    inv.add_argument("hosts", nargs="*", metavar="NAME", help="only these hosts (default: every running host)")
 
     rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
     rep_cmds = rep.add_subparsers(dest="repo_cmd", required=True)
@@ -103,8 +104,9 @@ def _run_report(args: argparse.Namespace) -> int:
     from gpunode.report.render import write_report
 
     written = write_report(args.input, args.output or args.input)
-    for name in ("report.html", "report.md"):
-        print(f"{name}: {written[name].resolve()}")
+    for name in ("report.html", "report.md", "report.json"):
+        path, changed = written[name]
+        print(f"{name}: {path.resolve()} ({'written' if changed else 'unchanged'})")
     return 0
 
 
@@ -122,7 +124,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     elif cmd == "reboot":
         fleet.reboot(args.host)
     elif cmd == "inventory":
-        fleet.inventory(args.output)
+        fleet.inventory(args.output, args.hosts)
     elif cmd == "repo" and args.repo_cmd == "build":
         repo.build(args.output, force=args.force)
     elif cmd == "repo":
