@@ -79,9 +79,11 @@ class FakeMft:
         return params
 
     def reboot(self):
+        """Promote next boot to current, except parameters marked ``stuck`` (a value that does not stick)."""
         for card in self.cards.values():
             for param in list(card["params"].values()) + list(card["hidden"].values()):
-                param["current"] = param["next_boot"]
+                if not param.get("stuck"):
+                    param["current"] = param["next_boot"]
         for fields in self.accl.values():
             fields["adaptive_routing_forced_en"] = 0
 
@@ -208,6 +210,20 @@ def cli(tool, argv, path):
     sys.stdout.write(out)
     sys.stderr.write(err)
     return rc
+
+
+def reboot_cli(path):
+    """``python fake_mft.py reboot <state>``: what a power cycle does to the fake cards."""
+    fake = load(path)
+    fake.reboot()
+    save(fake, path)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(reboot_cli(sys.argv[2]) if sys.argv[1:2] == ["reboot"] else 2)
 
 
 def install(fake, bindir, state):
