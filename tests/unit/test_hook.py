@@ -276,6 +276,24 @@ def test_no_secret_in_artifacts_results_logs_or_database(site, capfd):
     assert not list(Path("/tmp").glob(f"gpunode-hook-run{runs[0]['id']}-*"))
 
 
+def test_inventory_refresh_gets_credentials_the_run_never_sees_and_fqdn_names(site, monkeypatch):
+    """The MAAS recipe: a refresh command renders the inventory (FQDN names) with MAAS_* credentials."""
+    maas_secret = "maas-token-secret-6b1d0e77aa"  # noqa: S105 - a test credential the scan looks for
+    monkeypatch.setenv("MAAS_TOKEN_SECRET", maas_secret)
+    rendered = site / "rendered.yml"
+    script = ("import os, sys, yaml; assert os.environ['MAAS_TOKEN_SECRET']; "
+              "yaml.safe_dump({'all': {'hosts': {'node-a.gpu.example.net': {'ansible_connection': 'local', "
+              f"'ansible_python_interpreter': sys.executable}}}}}}}}, open({str(rendered)!r}, 'w'))")
+    config = make_config(site, inventory=str(rendered), limit_by="fqdn",
+                         inventory_refresh_command=[sys.executable, "-c", script])
+    store = Store(config.db_path)
+    client_for(config, store).post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
+    [run] = drain(Worker(config, store))
+    assert run["state"] == "ok" and run["result"]["hosts"]["node-a"]["ok"] == 1
+    store.close()
+    assert [p for p in config.state_dir.rglob("*") if p.is_file() and maas_secret.encode() in p.read_bytes()] == []
+
+
 def test_run_environment_drops_the_secret_and_unknown_variables(site):
     config = make_config(site)
     env = run_environment(config, {"PATH": "/usr/bin", "GPUNODE_HOOK_SECRET": SECRET, "MAAS_API_KEY": "a:b:c",

@@ -41,6 +41,13 @@ class HookConfig:
     #: A vars file with the run's own secrets (join tokens, ...), passed as ``-e @file``: only its
     #: path reaches ansible-runner's artifacts, never its content.
     run_secrets_file: Path | None = None
+    #: Which name a host has in the inventory: ``hostname`` as posted, or its ``fqdn`` (the
+    #: maas.maas.inventory plugin names machines by FQDN).
+    limit_by: str = "hostname"
+    #: argv run before every run, with the service's full environment (e.g. MAAS_* credentials
+    #: for ``ansible-inventory -i maas.yml --list --yaml --output <inventory>``), so that
+    #: credentials never enter a run's environment (ansible-runner writes it into artifacts).
+    inventory_refresh_command: list[str] | None = None
     #: Plain (non-secret) environment for the runs, e.g. ANSIBLE_CONFIG.
     run_env: dict[str, str] = dataclasses.field(default_factory=dict)
     # The worker.
@@ -86,6 +93,8 @@ class HookConfig:
         """Check the settings that have no safe default; return self."""
         if self.auth not in ("bearer", "hmac"):
             raise ConfigError(f"auth: {self.auth!r} is not one of bearer, hmac")
+        if self.limit_by not in ("hostname", "fqdn"):
+            raise ConfigError(f"limit_by: {self.limit_by!r} is not one of hostname, fqdn")
         if (self.maas_check or self.maas_tag) and not self.maas_url:
             raise ConfigError("maas_url: required when maas_check or maas_tag is set")
         for name in ("workers", "max_batch", "max_attempts", "run_timeout", "idle_timeout", "keep_artifacts"):

@@ -141,19 +141,20 @@ def run_job(spec: dict, cancel: threading.Event) -> dict:
         "cancel_callback": cancelled,
     }
     tracker = _Tracker()
+    names = spec.get("inventory_names") or {h: h for h in spec["hosts"]}
     started = time.time()
     pdd = tempfile.mkdtemp(prefix=f"gpunode-hook-run{spec['run_id']}-")
     try:
         cmdline = f"-e @{spec['run_secrets_file']}" if spec.get("run_secrets_file") else None
         runner = ansible_runner.run(
             **base_kwargs, private_data_dir=pdd, ident=f"run-{spec['run_id']}",
-            playbook=spec["playbook"], limit=",".join(spec["hosts"]), cmdline=cmdline,
+            playbook=spec["playbook"], limit=",".join(names[h] for h in spec["hosts"]), cmdline=cmdline,
             event_handler=tracker,
         )
         status, rc, stats = runner.status, runner.rc, runner.stats
     finally:
         shutil.rmtree(pdd, ignore_errors=True)
-    hosts = {h: _host_summary(stats, tracker, h) for h in spec["hosts"]}
+    hosts = {h: _host_summary(stats, tracker, names[h]) for h in spec["hosts"]}
     stdout = Path(spec["artifacts_dir"]) / f"run-{spec['run_id']}" / "stdout"
     tail = [line for line in (stdout.read_text(errors="replace") if stdout.is_file() else "").splitlines()
             if line.strip()][-1:]
@@ -167,8 +168,9 @@ def run_job(spec: dict, cancel: threading.Event) -> dict:
                                else f"the run ended {status} before this host: {' '.join(tail)[:300]}")
     done = [h for h, s in hosts.items() if s["ok_overall"]]
     if done and not cancelled():
-        for host, verdict in _read_validation(spec, done, base_kwargs).items():
-            hosts[host]["validation"] = verdict
+        verdicts = _read_validation(spec, [names[h] for h in done], base_kwargs)
+        for host in done:
+            hosts[host]["validation"] = verdicts[names[host]]
     result = {
         "run_id": spec["run_id"],
         "hosts": hosts,

@@ -48,7 +48,7 @@ def run_environment(config: HookConfig, environ: dict[str, str] | None = None) -
     return env
 
 
-def run_spec(config: HookConfig, run: dict) -> dict:
+def run_spec(config: HookConfig, run: dict, store: Store | None = None) -> dict:
     """The job spec for a claimed run (paths and names only)."""
     project = Path(config.project_dir).resolve()
     playbook = Path(config.playbook)
@@ -59,9 +59,14 @@ def run_spec(config: HookConfig, run: dict) -> dict:
         "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
     run_env.update(config.run_env)
+    names = {}
+    for host in run["hosts"]:
+        row = store.host(host) if store is not None and config.limit_by == "fqdn" else None
+        names[host] = (row or {}).get("fqdn") or host
     return {
         "run_id": run["id"],
         "hosts": run["hosts"],
+        "inventory_names": names,
         "project_dir": str(project),
         "playbook": str(playbook if playbook.is_absolute() else project / playbook),
         # An inventory may be a plugin config (maas.maas.inventory): keep it where it is.
@@ -77,6 +82,17 @@ def run_spec(config: HookConfig, run: dict) -> dict:
         "cancel_file": str((Path(config.state_dir) / "jobs" / f"run-{run['id']}.cancel").resolve()),
         "parent_pid": os.getpid(),
     }
+
+
+def refresh_inventory(config: HookConfig) -> None:
+    """Run ``inventory_refresh_command`` (with the service's environment); raise when it fails."""
+    if not config.inventory_refresh_command:
+        return
+    env = {k: v for k, v in os.environ.items() if k != config.secret_env}
+    proc = subprocess.run(list(config.inventory_refresh_command), env=env, cwd=Path(config.project_dir),
+                          capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"inventory_refresh_command exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
 
 
 def execute(config: HookConfig, spec: dict, stop: threading.Event | None = None) -> dict:
@@ -176,8 +192,9 @@ class Worker:
         if run is None:
             return None
         log.info("run %d: starting for %s", run["id"], ", ".join(run["hosts"]))
-        spec = run_spec(self.config, run)
+        spec = run_spec(self.config, run, self.store)
         try:
+            refresh_inventory(self.config)
             result = execute(self.config, spec, self.stop)
         except Exception as exc:  # the hosts must leave `running` whatever happened
             log.exception("run %d: could not run", run["id"])
