@@ -66,3 +66,79 @@ def parse_get(text):
     if seen_header and not fields:
         raise ParseError(TOOL, "at least one '<field> | 0x<hex>' row under 'Field Name | Data'")
     return {"fields": fields, "raw": raw, "errors": errors}
+
+
+ROCE_ACCL = "ROCE_ACCL"
+_FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def get_argv(binary, device, register=ROCE_ACCL):
+    """``mlxreg -d <dev> --reg_name <REG> --get`` (hardware-facts.md "Adaptive routing")."""
+    return [binary, "-d", device, "--reg_name", register, "--get"]
+
+
+def set_argv(binary, device, values, register=ROCE_ACCL):
+    """``mlxreg -d <dev> --reg_name <REG> --set f1=0x1,f2=0x0 --yes`` (fields sorted, hex values)."""
+    fields = ",".join(f"{name}={values[name]:#x}" for name in sorted(values))
+    return [binary, "-d", device, "--reg_name", register, "--set", fields, "--yes"]
+
+
+def field_value(value):
+    """A register field value -> int: ``1``, ``True``, ``"0x1"``, ``"1"``, ``"true"``. ValueError otherwise."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a non-negative number, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "yes", "on"):
+            return 1
+        if text in ("false", "no", "off"):
+            return 0
+        if re.fullmatch(r"0x[0-9a-f]+", text):
+            return int(text, 16)
+        if text.isdigit():
+            return int(text)
+    raise ValueError(f"a number, 0x-hex or boolean, got {value!r}")
+
+
+def plan_fields(desired, read):
+    """Compare wished register fields with the ``--get`` read-back.
+
+    ``desired``: ``[{"device", "fields": {field: value}}]``; ``read``: device -> ``{field: int}``.
+    Returns ``{"writes": {device: {field: int}}, "changes": {device: {field: {"before", "after"}}}}``.
+    Raises ValueError listing every problem (duplicate device, unknown field, ``*_field_select``
+    written directly, bad value) so nothing is written when any wish is wrong.
+    """
+    errors, writes, changes, seen = [], {}, {}, set()
+    for entry in desired:
+        device = entry["device"]
+        if device in seen:
+            errors.append(f"{device}: listed twice in devices")
+            continue
+        seen.add(device)
+        fields = read.get(device)
+        if fields is None:
+            errors.append(f"{device}: no register read for this device")
+            continue
+        for name, value in (entry.get("fields") or {}).items():
+            if not isinstance(name, str) or not _FIELD_NAME_RE.match(name) or name not in fields:
+                errors.append(f"{device}: the ROCE_ACCL register has no field {name!r} "
+                              f"(fields: {', '.join(f for f in fields if not f.endswith('_field_select'))})")
+                continue
+            if name.endswith("_field_select"):
+                errors.append(f"{device}: {name} is set by mlxreg itself; name the field, not its select bit")
+                continue
+            try:
+                wanted = field_value(value)
+            except ValueError as exc:
+                errors.append(f"{device}: {name}: expected {exc}")
+                continue
+            if fields[name] != wanted:
+                writes.setdefault(device, {})[name] = wanted
+                changes.setdefault(device, {})[name] = {"before": fields[name], "after": wanted}
+    if errors:
+        raise ValueError("; ".join(errors))
+    return {"writes": writes, "changes": changes}

@@ -48,8 +48,9 @@ NIC_MODELS = {
 }
 BLUEFIELD_IDS = frozenset(("0xa2d2", "0xa2d6", "0xa2dc"))
 MLX5_VF_DEVICE_ID = "0x101e"
-# hardware-facts.md "PCI identities"; 0x2335 from the public pci.ids ("GH100 [H200 SXM 141GB]").
-GPU_MODELS = {"0x2330": "H100 SXM5 80GB", "0x2335": "H200 SXM 141GB"}
+# hardware-facts.md "PCI identities"; 0x2335 and 0x2331 from the public pci.ids ("GH100 [H200 SXM 141GB]",
+# "GH100 [H100 PCIe]", https://pci-ids.ucw.cz/read/PC/10de).
+GPU_MODELS = {"0x2330": "H100 SXM5 80GB", "0x2331": "H100 PCIe 80GB", "0x2335": "H200 SXM 141GB"}
 NVSWITCH_IDS = frozenset(("0x22a3",))
 
 ROLES = ("compute", "storage", "management", "dpu", "ignored")

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from gpunode.sim import fleet, image
+from gpunode.sim import fleet, image, repo
 from gpunode.sim.podman import PodmanError
 from gpunode.sim.profile import ProfileError, list_profiles, load_profile
 from gpunode.sim.sysfs import materialize
@@ -46,6 +47,13 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
 
+    rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
+    rep_cmds = rep.add_subparsers(dest="repo_cmd", required=True)
+    rb = rep_cmds.add_parser("build", help="build the signed repositories (skipped when the inputs are unchanged)")
+    rb.add_argument("--force", action="store_true", help="rebuild even if the inputs are unchanged")
+    rb.add_argument("--output", type=Path, default=None, help="where to build (default: .cache/sim-repo)")
+    rep_cmds.add_parser("path", help="print where the repositories are built")
+
     cmds.add_parser("status", help="list the simulated hosts")
     cmds.add_parser("profiles", help="list the hardware profiles")
 
@@ -54,11 +62,36 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     mat.add_argument("dest", type=Path)
 
 
+def _kapi_parser(sub: argparse._SubParsersAction) -> None:
+    kapi = sub.add_parser("kapi", help="the Kubernetes API emulator (loopback HTTPS, for tests)")
+    cmds = kapi.add_subparsers(dest="kapi_cmd", required=True)
+    serve = cmds.add_parser("serve", help="serve the emulator in the foreground")
+    serve.add_argument("--port", type=int, default=16443, help="TCP port on 127.0.0.1 (default 16443)")
+    serve.add_argument("--state", type=Path, required=True,
+                       help="state directory: CA, admin.conf, admin.token, objects.json (created if missing)")
+    creds = cmds.add_parser("credentials", help="create the CA, admin token and admin.conf without serving; "
+                            "print server, kubeconfig and the CA cert hash pin as JSON")
+    creds.add_argument("--port", type=int, default=16443)
+    creds.add_argument("--state", type=Path, required=True)
+
+
+def _run_kapi(args: argparse.Namespace) -> int:
+    from gpunode.kapi import server  # aiohttp is only imported when the emulator is used
+
+    if args.kapi_cmd == "serve":
+        server.serve(args.state.resolve(), args.port)
+    else:
+        creds = server.ensure_credentials(args.state.resolve(), args.port)
+        print(json.dumps({k: creds[k] for k in ("server", "kubeconfig", "ca_cert_hash")}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpunode`` command."""
     parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     _sim_parser(sub)
+    _kapi_parser(sub)
     return parser
 
 
@@ -79,6 +112,10 @@ def _run_sim(args: argparse.Namespace) -> int:
         fleet.fault(args.host, args.kind, args.address, params=args.params, clear=args.clear)
     elif cmd == "inventory":
         fleet.inventory(args.output)
+    elif cmd == "repo" and args.repo_cmd == "build":
+        repo.build(args.output, force=args.force)
+    elif cmd == "repo":
+        print(repo.default_output())
     elif cmd == "status":
         for h in fleet.hosts():
             print(f"{h['name']:<16} {h['profile']:<16} {h['status']:<10} {h['container']}")
@@ -97,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "sim":
             return _run_sim(args)
-    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError) as exc:
+        if args.cmd == "kapi":
+            return _run_kapi(args)
+    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError) as exc:
         print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -17,8 +17,20 @@ COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
 PLUGINS = [
     ("module", "nic_info"),
     ("module", "gpu_info"),
+    ("module", "mlxconfig"),
+    ("module", "mlxconfig_info"),
+    ("module", "roce_accl"),
+    ("module", "fleet_contract"),
+    ("filter", "firmware_contract"),
+    ("module", "sriov_vfs"),
+    ("module", "roce_qos"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
+    ("filter", "cluster_objects"),
+    ("filter", "join_configuration"),
+    ("filter", "node_self_labels"),
+    ("filter", "sriov_rails_from_hw"),
+    ("filter", "adaptive_routing_mode"),
 ]
 
 

@@ -158,3 +158,22 @@ def test_gpu_info_without_nvswitch(tmp_path):
 def test_gpu_info_sysfs_root_missing(tmp_path):
     result = run(gpu_info, {"sysfs_root": str(tmp_path / "nope")}, AnsibleFailJson)
     assert str(tmp_path / "nope") in result["msg"]
+
+
+def test_discovery_on_pcie_h100_without_nvswitch(tmp_path):
+    """A PCIe H100 server: 10de:2331 GPUs, one CX-7 rail per GPU, no NVSwitch, no fabric manager."""
+    root = tmp_path / "pcie"
+    profile = sim_profile.load_profile("pcie-h100")
+    sim_sysfs.materialize(profile, root)
+    gpus = run(gpu_info, {"sysfs_root": str(root)})
+    assert gpus["gpu_count"] == 4
+    assert gpus["gpu_product"] == "H100 PCIe 80GB"
+    assert {g["device_id"] for g in gpus["gpus"]} == {"0x2331"}
+    assert gpus["nvswitches"] == []
+    assert gpus["fabric_manager_required"] is False
+    nics = run(nic_info, {"sysfs_root": str(root)})
+    expected = {r["address"]: r["expect"] for r in sim_profile.iter_devices(profile) if r["kind"] == "nic"}
+    assert {n["pci_address"]: {"role": n["role"], "rail": n["rail"]} for n in nics["nics"]} == expected
+    assert [r["pci_address"] for r in nics["rails"]] == ["0000:1a:00.0", "0000:3c:00.0", "0000:9c:00.0",
+                                                         "0000:bc:00.0"]
+    assert nics["gpus_without_rail"] == []

@@ -16,11 +16,19 @@ from pathlib import Path
 
 import yaml
 
-from gpunode.sim import hwstate, image, podman
+from gpunode.sim import hwstate, image, podman, repo
 from gpunode.sim.profile import load_profile
 
 HOST_STATE_DIR = "/var/lib/gpunode-sim"
 HOST_SYSFS_ROOT = f"{HOST_STATE_DIR}/sys"
+#: Where the simulated vendor repositories are mounted read-only in every host (README §4).
+HOST_REPO_DIR = "/srv/gpunode-repo"
+#: The roles' mirror variables, pointed at the local repositories by the simulated inventory.
+MIRROR_VARS = {
+    "ofed_mirror_url": f"file://{HOST_REPO_DIR}/doca",
+    "gpu_driver_mirror_url": f"file://{HOST_REPO_DIR}/cuda",
+    "kubernetes_node_mirror_url": f"file://{HOST_REPO_DIR}/kubernetes",
+}
 CONTAINER_PREFIX = "gpunode-sim-"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -83,6 +91,7 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
     for spec in specs:  # validate every profile before starting anything
         load_profile(spec.profile)
     ref = image.ensure_image(log=log)
+    repo_dir = repo.build(log=log)
     for spec in specs:
         cname = container_name(spec.name)
         if podman.exists(cname):
@@ -104,6 +113,7 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
             "--label", f"{podman.LABEL}.profile={spec.profile}",
             "--label", f"{podman.LABEL}.state={hdir}",
             "--volume", f"{hdir}:{HOST_STATE_DIR}",
+            "--volume", f"{repo_dir}:{HOST_REPO_DIR}:ro",
             ref,
         )
         state = podman.wait_booted(cname)
@@ -195,6 +205,7 @@ def inventory(path: Path, *, log=print) -> dict:
                         "ansible_connection": "containers.podman.podman",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "gpunode_sysfs_root": HOST_SYSFS_ROOT,
+                        **MIRROR_VARS,
                     },
                 }
             }

@@ -275,6 +275,16 @@ class HostState:
                     pers[gpu["address"]] = bool(enabled)
             self.run_put("gpu", data)
 
+    def set_gpu_runtime(self, *, fabric_state: str | None = None, fabric_status: str | None = None,
+                        persistence_mode: bool | None = None) -> None:
+        """One call for the simulated NVIDIA services (fabric manager, persistenced): set the fabric
+        state/status and/or every GPU's persistence mode; fields left None are left alone."""
+        if fabric_state is not None or fabric_status is not None:
+            current_state, current_status = self.fabric_state()
+            self.set_fabric_state(fabric_state or current_state, fabric_status or current_status)
+        if persistence_mode is not None:
+            self.set_persistence(persistence_mode)
+
     # -- link state ---------------------------------------------------------------------------
 
     def port_attr(self, rdma: str, attr: str, port: int = 1) -> str | None:
