@@ -27,7 +27,9 @@ export GPUNODE_SIM_DIR ?= $(ROOT)/.sim
 export PY_COLORS ?= 0
 
 APT_PACKAGES := podman runc debootstrap tar
-DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
+DEMO_HOSTS ?= dgx01=dgx-h100 hgx01=hgx-h100
+DEMO_NAMES = $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
+DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
@@ -87,14 +89,16 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 
 test: lint unit molecule e2e ## everything CI runs
 
-demo: image ## start a DGX + HGX simulated fleet and discover it
+demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)
-	gpunode sim inventory -o inventories/sim/hosts.yml
-	ansible-playbook -i inventories/sim/hosts.yml playbooks/discover.yml
-	@echo "The fleet keeps running: 'make demo-down' removes it."
+	gpunode sim inventory -o inventories/sim/hosts.yml $(DEMO_NAMES)
+	@rc=0; GPUNODE_REPORT_DIR=$(DEMO_REPORT) ansible-playbook -i inventories/sim/hosts.yml playbooks/site.yml \
+	  -e '{"gpunode_reboot_ok": true}' || rc=$$?; \
+	echo "Fleet report: $(DEMO_REPORT)/report.html (Markdown: $(DEMO_REPORT)/report.md)"; \
+	echo "The fleet keeps running: 'make demo-down' removes it."; exit $$rc
 
 demo-down: deps ## remove the demo fleet
-	gpunode sim down --missing-ok $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
+	gpunode sim down --missing-ok $(DEMO_NAMES)
 
 bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md

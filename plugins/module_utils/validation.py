@@ -27,7 +27,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig impor
 
 CHECKS = ("gpu_count", "gpu_product", "driver_version", "fabric_manager", "fabric_state", "nvidia_peermem",
           "persistence", "link", "affinity", "nv_config", "roce_accl", "vfs", "qos")
-QOS_KEYS = ("trust", "pfc", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
+QOS_KEYS = ("trust", "pfc", "pfc_priorities", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
 _FAMILY_RE = re.compile(r"^(?:[A-Z]{1,2}\d{2,4}[A-Z]?|\d+GB)$")
 
 

@@ -68,7 +68,8 @@ options:
       qos:
         description:
           - RoCE QoS of every Ethernet compute rail.
-          - Keys trust, pfc (8 ints), ecn_np, ecn_rp (lists of priorities), cnp_dscp, roce_tos, mtu.
+          - Keys trust, pfc (8 ints) or pfc_priorities (priorities with PFC on), ecn_np, ecn_rp (lists of
+            priorities), cnp_dscp, roce_tos (traffic class), mtu.
         type: dict
 seealso:
   - module: mlplatform.gpunode.nic_info
@@ -210,6 +211,7 @@ def _qos(module, root, netdev, rdma_device):
         return {"error": str(exc)}
     qos["trust"] = parsed["trust"]
     qos["pfc"] = (parsed["pfc"] or {}).get("enabled")
+    qos["pfc_priorities"] = parsed["pfc_priorities"]
     base = os.path.join(root, "class", "net", netdev)
     for side, key in (("roce_np", "ecn_np"), ("roce_rp", "ecn_rp")):
         qos[key] = [p for p in range(8) if _read(os.path.join(base, "ecn", side, "enable", str(p))) == "1"]

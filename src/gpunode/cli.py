@@ -41,8 +41,15 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     reboot = cmds.add_parser("reboot", help="reboot a host: volatile hardware state is reset")
     reboot.add_argument("host", metavar="NAME")
 
+    flt = cmds.add_parser("fault", help="set or clear a fault flag: gpunode sim fault dgx01 link_down 0000:18:00.0")
+    flt.add_argument("host")
+    flt.add_argument("kind", choices=["mlxconfig_reject", "not_sticky", "link_down"])
+    flt.add_argument("address", help="the NIC function's PCI address")
+    flt.add_argument("params", nargs="*", help="not_sticky: the NV config parameters that do not stick")
+    flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+    inv.add_argument("hosts", nargs="*", metavar="NAME", help="only these hosts (default: every running host)")
 
     rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
     rep_cmds = rep.add_subparsers(dest="repo_cmd", required=True)
@@ -152,8 +159,9 @@ def _run_report(args: argparse.Namespace) -> int:
     from gpunode.report.render import write_report
 
     written = write_report(args.input, args.output or args.input)
-    for name in ("report.html", "report.md"):
-        print(f"{name}: {written[name].resolve()}")
+    for name in ("report.html", "report.md", "report.json"):
+        path, changed = written[name]
+        print(f"{name}: {path.resolve()} ({'written' if changed else 'unchanged'})")
     return 0
 
 
@@ -170,8 +178,10 @@ def _run_sim(args: argparse.Namespace) -> int:
         fleet.down(args.hosts, missing_ok=args.missing_ok)
     elif cmd == "reboot":
         fleet.reboot(args.host)
+    elif cmd == "fault":
+        fleet.fault(args.host, args.kind, args.address, params=args.params, clear=args.clear)
     elif cmd == "inventory":
-        fleet.inventory(args.output)
+        fleet.inventory(args.output, args.hosts)
     elif cmd == "repo" and args.repo_cmd == "build":
         repo.build(args.output, force=args.force)
     elif cmd == "repo":
