@@ -34,7 +34,10 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 SCENARIOS :=
 SCENARIOS += discovery
 
-.PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
+# The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
+HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
+
+.PHONY: e2e help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -81,7 +84,10 @@ unit: deps ## pytest unit and conformance tests
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
 
-test: lint unit molecule ## everything CI runs
+e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
+	GPUNODE_HOOK_E2E_PLAYBOOK=$(HOOK_E2E_PLAYBOOK) pytest -q -m e2e tests/e2e
+
+test: lint unit molecule e2e ## everything CI runs
 
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)
@@ -96,6 +102,8 @@ demo-down: deps ## remove the demo fleet
 
 bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md
+	python bench/bench_hook.py --output BENCHMARKS.md
+	python bench/bench_fleet.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down
