@@ -452,6 +452,10 @@ def test_cli_run_and_status(site, capsys):
                 "max_attempts": 1, "validation_path": str(site / "validation" / "{{ inventory_hostname }}.json")}
     (site / "hook.yml").write_text(yaml.safe_dump(settings))
     assert load_config(site / "hook.yml").playbook == "play.yml"
+    # A machine the service has queued is not the operator's: `run --host` runs only its hosts.
+    store = Store(site / "state" / "hook.db")
+    store.record_request(source="phone_home", host="node-c", instance_id="i-c", fqdn=None, host_keys={}, peer=None)
+    store.close()
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "run", "--host", "node-a", "--host", "bad-node"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["node-a", "ok", "attempts=1", "run=1"]
@@ -463,3 +467,6 @@ def test_cli_run_and_status(site, capsys):
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hosts"][0]["state"] == "ok"
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "nope"]) == 1
+    assert capsys.readouterr().out == "host nope: not found\n"
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-c"]) == 0
+    assert capsys.readouterr().out.split()[:2] == ["node-c", "queued"]
