@@ -212,7 +212,7 @@ def test_hmac_mode_signs_phone_home_instance_id_and_json_bodies(site):
 # -- the worker --------------------------------------------------------------------------------
 
 def test_duplicate_posts_for_one_host_give_one_run(site):
-    config = make_config(site)
+    config = make_config(site, keep_artifacts=2)
     store = Store(config.db_path)
     client = client_for(config, store)
     for _ in range(3):  # cloud-init retries, or two sources for the same machine
@@ -226,7 +226,11 @@ def test_duplicate_posts_for_one_host_give_one_run(site):
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
     assert drain(Worker(config, store)) == []
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "i-redeployed"))
-    assert [r["hosts"] for r in drain(Worker(config, store))] == [["node-a"]]
+    [rerun] = drain(Worker(config, store))
+    assert rerun["hosts"] == ["node-a"]
+    # Artifacts rotate: only the newest keep_artifacts directories stay (playbook + validation runs).
+    assert sorted(p.name for p in config.artifacts_dir.iterdir()) == [f"run-{rerun['id']}",
+                                                                      f"run-{rerun['id']}-validation"]
 
 
 def test_hosts_arriving_together_share_one_run_with_per_host_results(site):
