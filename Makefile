@@ -103,6 +103,7 @@ demo-down: deps ## remove the demo fleet
 bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md
 	python bench/bench_hook.py --output BENCHMARKS.md
+	python bench/bench_fleet.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down

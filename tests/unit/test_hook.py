@@ -212,7 +212,7 @@ def test_hmac_mode_signs_phone_home_instance_id_and_json_bodies(site):
 # -- the worker --------------------------------------------------------------------------------
 
 def test_duplicate_posts_for_one_host_give_one_run(site):
-    config = make_config(site)
+    config = make_config(site, keep_artifacts=2)
     store = Store(config.db_path)
     client = client_for(config, store)
     for _ in range(3):  # cloud-init retries, or two sources for the same machine
@@ -226,7 +226,11 @@ def test_duplicate_posts_for_one_host_give_one_run(site):
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
     assert drain(Worker(config, store)) == []
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "i-redeployed"))
-    assert [r["hosts"] for r in drain(Worker(config, store))] == [["node-a"]]
+    [rerun] = drain(Worker(config, store))
+    assert rerun["hosts"] == ["node-a"]
+    # Artifacts rotate: only the newest keep_artifacts directories stay (playbook + validation runs).
+    assert sorted(p.name for p in config.artifacts_dir.iterdir()) == [f"run-{rerun['id']}",
+                                                                      f"run-{rerun['id']}-validation"]
 
 
 def test_hosts_arriving_together_share_one_run_with_per_host_results(site):
@@ -452,6 +456,10 @@ def test_cli_run_and_status(site, capsys):
                 "max_attempts": 1, "validation_path": str(site / "validation" / "{{ inventory_hostname }}.json")}
     (site / "hook.yml").write_text(yaml.safe_dump(settings))
     assert load_config(site / "hook.yml").playbook == "play.yml"
+    # A machine the service has queued is not the operator's: `run --host` runs only its hosts.
+    store = Store(site / "state" / "hook.db")
+    store.record_request(source="phone_home", host="node-c", instance_id="i-c", fqdn=None, host_keys={}, peer=None)
+    store.close()
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "run", "--host", "node-a", "--host", "bad-node"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["node-a", "ok", "attempts=1", "run=1"]
@@ -463,3 +471,6 @@ def test_cli_run_and_status(site, capsys):
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hosts"][0]["state"] == "ok"
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "nope"]) == 1
+    assert capsys.readouterr().out == "host nope: not found\n"
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-c"]) == 0
+    assert capsys.readouterr().out.split()[:2] == ["node-c", "queued"]

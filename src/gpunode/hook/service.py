@@ -99,7 +99,7 @@ def run_hosts(config: HookConfig, hosts: list[str], *, out=print) -> int:
             if not pending:
                 break
             # An operator run does not wait for the batch window; retries keep their delay.
-            if worker.run_once(now=time.time() + config.batch_window) is None:
+            if worker.run_once(now=time.time() + config.batch_window, only=hosts) is None:
                 time.sleep(1.0)
         report = {h: store.host(h) for h in hosts}
         for row in report.values():

@@ -174,20 +174,24 @@ class Store:
             return None
         return max(0.0, row["due"] - now)
 
-    def claim_batch(self, *, now: float, batch_window: float, max_batch: int) -> dict | None:
+    def claim_batch(self, *, now: float, batch_window: float, max_batch: int,
+                    only: list[str] | None = None) -> dict | None:
         """Move up to ``max_batch`` due hosts to ``running`` in a new run; return the run or None.
 
         A host is due once its retry delay has passed and ``batch_window`` seconds have passed
         since it was queued, so hosts that arrive together (a rack deployed at once) share a run.
+        ``only`` restricts the claim to these hosts (``gpunode hook run --host``).
         """
+        only_json = json.dumps(list(only)) if only else None
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
                 rows = cur.execute(
                     "SELECT name FROM hosts WHERE state = 'queued' AND not_before <= ? AND queued_at <= ?"
+                    " AND (? IS NULL OR name IN (SELECT value FROM json_each(?)))"
                     " ORDER BY queued_at, name LIMIT ?",
-                    (now, now - batch_window, max_batch),
+                    (now, now - batch_window, only_json, only_json, max_batch),
                 ).fetchall()
                 if not rows:
                     cur.execute("COMMIT")

@@ -185,10 +185,11 @@ class Worker:
     def notify(self) -> None:
         self.wake.set()
 
-    def run_once(self, now: float | None = None) -> dict | None:
-        """Claim one due batch and run it; return the finished run or None when nothing is due."""
+    def run_once(self, now: float | None = None, only: list[str] | None = None) -> dict | None:
+        """Claim one due batch (of ``only`` these hosts) and run it; return the finished run or None."""
         run = self.store.claim_batch(now=time.time() if now is None else now,
-                                     batch_window=self.config.batch_window, max_batch=self.config.max_batch)
+                                     batch_window=self.config.batch_window, max_batch=self.config.max_batch,
+                                     only=only)
         if run is None:
             return None
         log.info("run %d: starting for %s", run["id"], ", ".join(run["hosts"]))

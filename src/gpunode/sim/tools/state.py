@@ -285,6 +285,41 @@ class HostState:
         if persistence_mode is not None:
             self.set_persistence(persistence_mode)
 
+    # -- RDMA / netdev view of sysfs (what the tools read, like the real ones read /sys) ------
+
+    def rdma_devices(self) -> list[str]:
+        d = self.sys / "class" / "infiniband"
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+    def rdma_pci(self, rdma: str) -> str | None:
+        """The PCI address behind an RDMA device (``device`` link), None when absent."""
+        link = self.sys / "class" / "infiniband" / rdma / "device"
+        return os.path.basename(os.path.realpath(link)) if link.exists() else None
+
+    def rdma_netdev(self, rdma: str) -> str | None:
+        """The netdev of an RDMA device: the RoCE GID ndev, else the PCI function's netdev."""
+        ndev = self.sys / "class" / "infiniband" / rdma / "ports" / "1" / "gid_attrs" / "ndevs" / "0"
+        if ndev.is_file():
+            return ndev.read_text().strip()
+        net = self.sys / "class" / "infiniband" / rdma / "device" / "net"
+        names = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+        return names[0] if names else None
+
+    def netdev_rdma(self, netdev: str) -> str | None:
+        return next((r for r in self.rdma_devices() if self.rdma_netdev(r) == netdev), None)
+
+    def netdev_attr(self, netdev: str, attr: str) -> str | None:
+        try:
+            return (self.sys / "class" / "net" / netdev / attr).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def rdma_attr(self, rdma: str, attr: str) -> str | None:
+        try:
+            return (self.sys / "class" / "infiniband" / rdma / attr).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
     # -- link state ---------------------------------------------------------------------------
 
     def port_attr(self, rdma: str, attr: str, port: int = 1) -> str | None:
