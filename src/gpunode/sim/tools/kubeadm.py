@@ -508,3 +508,8 @@ def main(argv: list[str], out=None, err=None) -> int:
         return reset(rest, out, err)
     print(f'unknown command "{" ".join(argv)}" for "kubeadm"', file=err)
     return 1
+
+
+def run(argv: list[str], tool: str = "kubeadm") -> int:
+    """Entry point of the simulated tools' dispatch (``main.main("kubeadm", argv)``)."""
+    return main(argv)

@@ -72,3 +72,8 @@ def main(argv: list[str], out=None, err=None) -> int:
         version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
         print(f"{node['metadata']['name']:<16} {status:<10} <none>   {version}", file=out)
     return 0
+
+
+def run(argv: list[str], tool: str = "kubectl") -> int:
+    """Entry point of the simulated tools' dispatch (``main.main("kubectl", argv)``)."""
+    return main(argv)
