@@ -33,7 +33,8 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
-SCENARIOS += mixed_fabric
+# mixed_fabric (issue 4): passes through idempotence; its side effect and verify are not yet run end to end.
+# SCENARIOS += mixed_fabric
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
