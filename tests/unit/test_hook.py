@@ -448,6 +448,56 @@ def test_maas_cross_check_and_tag_write_back(site):
     assert fake.tags == {"gpunode-validated": ["abc123"]}
 
 
+def test_capi_machine_annotation_write_back(site, tmp_path):
+    """The Machine whose providerID ends in the host's instance id gets the run's outcome annotated."""
+    from gpunode.hook.capi import find_machine
+    from gpunode.hook.service import capi_writer
+    from gpunode.kapi.server import RunningServer
+
+    machines = [{"metadata": {"name": "m1"}, "spec": {"providerID": "maas:///az1/zzz999"}},
+                {"metadata": {"name": "m2"}, "spec": {"providerID": "maas:///az1/abc123"}},
+                {"metadata": {"name": "m3"}, "spec": {}, "status": {"nodeRef": {"name": "node-b"}}}]
+    assert find_machine(machines, "node-a", "abc123")["metadata"]["name"] == "m2"
+    assert find_machine(machines, "node-b", None)["metadata"]["name"] == "m3"
+    assert find_machine(machines, "node-c", "nope") is None
+
+    with RunningServer(tmp_path / "kapi", 18087) as kapi:
+        import kubernetes
+        from kubernetes.dynamic import DynamicClient
+
+        dyn = DynamicClient(kubernetes.config.new_client_from_config(kapi.kubeconfig))
+        dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition").create(body={
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "machines.cluster.x-k8s.io"},
+            "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+                     "names": {"plural": "machines", "singular": "machine", "kind": "Machine"},
+                     "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+        dyn.resources.get(api_version="v1", kind="Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-cluster"}})
+        dyn = DynamicClient(kubernetes.config.new_client_from_config(kapi.kubeconfig))  # rediscover the CRD
+        machine_api = dyn.resources.get(api_version="cluster.x-k8s.io/v1beta1", kind="Machine")
+        for name, provider_id in (("gpu-md-0-x7k2p", "maas:///az1/abc123"), ("gpu-md-0-q9z8r", "maas:///az1/def456")):
+            machine_api.create(namespace="gpu-cluster", body={
+                "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "gpu-cluster"},
+                "spec": {"clusterName": "gpu", "providerID": provider_id}})
+        config = make_config(site, capi_annotate=True, capi_kubeconfig=Path(kapi.kubeconfig))
+        store = Store(config.db_path)
+        client = client_for(config, store)
+        client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "abc123"))
+        client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("bad-node", "def456"))
+        runs = drain(Worker(make_config(site, capi_annotate=True, capi_kubeconfig=Path(kapi.kubeconfig),
+                                        max_attempts=1), store, on_finished=capi_writer(config, store)))
+        assert [r["hosts"] for r in runs] == [["node-a", "bad-node"]]
+        got = {m.metadata.name: dict(m.metadata.annotations or {})
+               for m in machine_api.get(namespace="gpu-cluster").items}
+        assert got["gpu-md-0-x7k2p"] == {"gpunode.mlplatform.io/provisioning": "ok",
+                                         "gpunode.mlplatform.io/hook-run": str(runs[0]["id"]),
+                                         "gpunode.mlplatform.io/validation": "passed"}
+        assert got["gpu-md-0-q9z8r"]["gpunode.mlplatform.io/provisioning"] == "failed"
+
+
 # -- CLI ---------------------------------------------------------------------------------------
 
 def test_cli_run_and_status(site, capsys):
