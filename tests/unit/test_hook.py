@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -79,6 +80,19 @@ def site(tmp_path, monkeypatch):
     (tmp_path / "validation").mkdir()
     (tmp_path / "validation" / "node-a.json").write_text(json.dumps({"verdict": "passed"}))
     return tmp_path
+
+
+def free_port() -> int:
+    """A free TCP port in this project's hook range (18080-18099), so parallel sessions do not collide."""
+    for port in range(18081, 18100):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no free port in 18081-18099")
 
 
 def make_config(site: Path, **kw) -> HookConfig:
@@ -307,7 +321,7 @@ def test_run_environment_drops_the_secret_and_unknown_variables(site):
 
 
 def test_a_run_past_its_timeout_is_stopped_and_retried_a_bounded_number_of_times(site):
-    config = make_config(site, run_timeout=5, max_attempts=2)
+    config = make_config(site, run_timeout=15, max_attempts=2)  # the first plays take ~2 s; the wait 60 s
     store = Store(config.db_path)
     store.record_request(source="operator", host="slow-node", instance_id=None, fqdn=None, host_keys={}, peer=None)
     runs = drain(Worker(config, store))
@@ -350,7 +364,7 @@ def _serve(site: Path, port: int, log) -> subprocess.Popen:
 
 
 def test_service_restarted_mid_queue_loses_no_request(site):
-    port = 18081
+    port = free_port()
     auth = {"Authorization": f"Bearer {SECRET}"}
     with open(site / "serve.log", "wb") as log:
         proc = _serve(site, port, log)
@@ -461,7 +475,7 @@ def test_capi_machine_annotation_write_back(site, tmp_path):
     assert find_machine(machines, "node-b", None)["metadata"]["name"] == "m3"
     assert find_machine(machines, "node-c", "nope") is None
 
-    with RunningServer(tmp_path / "kapi", 18087) as kapi:
+    with RunningServer(tmp_path / "kapi", free_port()) as kapi:
         import kubernetes
         from kubernetes.dynamic import DynamicClient
 
