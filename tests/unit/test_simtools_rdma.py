@@ -81,6 +81,14 @@ def test_mlnx_qos_rejects_bad_input(hgx: Path, args: list[str]) -> None:
     assert not (hgx / "run" / "qos.json").exists()
 
 
+def test_mlnx_qos_dcbx_mode_follows_the_nv_config(hgx: Path) -> None:
+    assert run_tool(hgx, "mlxconfig", "-d", "1b:00.0", "-y", "set", "LLDP_NB_DCBX_P2=1").rc == 0
+    hwstate.reboot_state(hgx)
+    modes = {nd: rdma_tools.parse_mlnx_qos(run_tool(hgx, "mlnx_qos", "-i", nd).out)["dcbx_mode"]
+             for nd in ("enp27s0f0np0", "enp27s0f1np1")}
+    assert modes == {"enp27s0f0np0": "OS controlled", "enp27s0f1np1": "Firmware controlled"}
+
+
 def test_mlnx_qos_refuses_ipoib_and_unknown_interfaces(dgx: Path) -> None:
     assert run_tool(dgx, "mlnx_qos", "-i", "ibp24s0").rc == 1
     assert run_tool(dgx, "mlnx_qos", "-i", "eth9").rc == 1

@@ -209,6 +209,9 @@ def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
                         "ansible_connection": "containers.podman.podman",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "gpunode_sysfs_root": HOST_SYSFS_ROOT,
+                        # A simulated host reboots through the simulator (promotes next-boot NV config).
+                        "gpunode_reboot_strategy": "power_cycle",
+                        "gpunode_power_cycle_command": ["gpunode", "sim", "reboot", "{{ inventory_hostname }}"],
                         **MIRROR_VARS,
                     },
                 }

@@ -3,8 +3,9 @@
 Format: real-outputs/roce-lossless-l3-setup-mlnx_qos-cma_roce_tos-netarbiter.txt (DCBX mode,
 trust state, the dscp2prio table with trust dscp, Cable len, the PFC table, tc/priority lines).
 The state is volatile (``run/qos.json``, per netdev): after boot trust is pcp and PFC is off on
-every priority; a reboot clears it. Input errors exit 2 with an optparse-style message, as the
-real Python tool does (wording inferred).
+every priority; a reboot clears it. ``DCBX mode`` is ``Firmware controlled`` when the port's
+current NV config has ``LLDP_NB_DCBX_P<n>`` set (mlxconfig + reboot), else ``OS controlled``.
+Input errors exit 2 with an optparse-style message, as the real Python tool does (wording inferred).
 """
 
 from __future__ import annotations
@@ -23,8 +24,20 @@ def read_qos(state: HostState, netdev: str) -> dict:
     return {**DEFAULT, **state.run_get("qos", {}).get(netdev, {})}
 
 
-def render(qos: dict) -> str:
-    lines = ["DCBX mode: OS controlled", f"Priority trust state: {qos['trust']}"]
+def dcbx_mode(state: HostState, netdev: str) -> str:
+    """``Firmware controlled`` when the port's current NV config has LLDP_NB_DCBX_P<n> on (the NIC
+    firmware negotiates PFC with the switch), else ``OS controlled``."""
+    rec = next((r for r in state.nics() if (state.sys / "bus" / "pci" / "devices" / r["address"] / "net" / netdev)
+                .exists()), None)
+    if rec is None:
+        return "OS controlled"
+    card = state.card_state(rec["slot"])
+    firmware = card["current"].get(f"LLDP_NB_DCBX_P{rec['function'] + 1}", 0)
+    return "Firmware controlled" if firmware else "OS controlled"
+
+
+def render(qos: dict, dcbx: str = "OS controlled") -> str:
+    lines = [f"DCBX mode: {dcbx}", f"Priority trust state: {qos['trust']}"]
     if qos["trust"] == "dscp":
         lines.append("dscp2prio mapping:")
         for prio in range(8):
@@ -84,5 +97,5 @@ def run(argv: list[str], tool: str = "mlnx_qos") -> int:
             data = state.run_get("qos", {})
             data[netdev] = {**read_qos(state, netdev), **change}
             state.run_put("qos", data)
-    sys.stdout.write(render(read_qos(state, netdev)))
+    sys.stdout.write(render(read_qos(state, netdev), dcbx_mode(state, netdev)))
     return 0

@@ -32,6 +32,9 @@ ENV_ROOT = "GPUNODE_SIM_STATE"
 # the loaded module's version by nvidia-smi); GPUNODE_SIM_NVIDIA_USERSPACE overrides the path.
 NVIDIA_USERSPACE_VERSION_FILE = "/usr/lib/gpunode-sim/nvidia/version"
 ENV_NVIDIA_USERSPACE = "GPUNODE_SIM_NVIDIA_USERSPACE"
+# Fallback source of the userspace version: dpkg's database ($GPUNODE_SIM_DPKG_STATUS in tests).
+DPKG_STATUS = "/var/lib/dpkg/status"
+ENV_DPKG_STATUS = "GPUNODE_SIM_DPKG_STATUS"
 
 _BDF_RE = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
                      r"\.(?P<fn>[0-7])$")
@@ -240,11 +243,23 @@ class HostState:
         return Path(os.environ.get(ENV_NVIDIA_USERSPACE) or NVIDIA_USERSPACE_VERSION_FILE)
 
     def nvidia_userspace(self) -> str | None:
-        """The installed NVML/userspace version (the file nvidia-utils installs), None when absent."""
+        """The installed NVML/userspace version, None when unknown: the version file the simulated
+        nvidia-utils package installs, else the upstream version of the installed
+        ``nvidia-utils-<branch>[-server]`` package in dpkg's status file (real dpkg in a host)."""
         try:
             return self.nvidia_userspace_file().read_text().strip() or None
         except FileNotFoundError:
+            pass
+        try:
+            text = Path(os.environ.get(ENV_DPKG_STATUS) or DPKG_STATUS).read_text(errors="replace")
+        except FileNotFoundError:
             return None
+        for stanza in text.split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[:1] != " ")
+            if re.match(r"^nvidia-utils-\d+(-server)?$", fields.get("Package", "")) and \
+                    fields.get("Status", "").endswith(" installed"):
+                return fields.get("Version", "").split(":")[-1].rsplit("-", 1)[0] or None
+        return None
 
     def fabric_state(self) -> tuple[str, str]:
         """``(State, Status)`` of ``nvidia-smi -q``'s Fabric section.
