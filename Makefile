@@ -33,6 +33,7 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
+SCENARIOS += mixed_fabric
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
