@@ -18,8 +18,8 @@ description:
     C(lspci-h100-xe9680-nvidia-mellanox-gpud.txt)).
   - Once a driver is installed, runs C(nvidia-smi -q) (the only command it runs; read-only) and adds RV(driver_version),
     RV(persistence_mode), RV(fabric_state) and each GPU's RV(gpus[].product_name) and RV(gpus[].memory_total_mib).
-    The format is that of real-outputs C(nvidia-smi-q-h100-header-gpu0-gpud.txt) (C(Fabric) C(State) V(Completed) once fabric manager
-    has trained the NVSwitch fabric, hardware-facts.md section GPU side).
+    The format is that of real-outputs C(nvidia-smi-q-h100-header-gpu0-gpud.txt) (C(Fabric) C(State) V(Completed)
+    once fabric manager has trained the NVSwitch fabric, hardware-facts.md section GPU side).
   - Without C(nvidia-smi), or when it cannot talk to the driver (module not loaded), the driver fields are null,
     RV(driver_loaded) is false and RV(nvidia_smi_error) says why; the sysfs fields are always returned.
 author:
