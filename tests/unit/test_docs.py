@@ -24,6 +24,11 @@ PLUGINS = [
     ("module", "roce_qos"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
+    ("filter", "cluster_objects"),
+    ("filter", "join_configuration"),
+    ("filter", "node_self_labels"),
+    ("filter", "sriov_rails_from_hw"),
+    ("filter", "adaptive_routing_mode"),
 ]
 
 

@@ -93,7 +93,7 @@ def ensure_credentials(state_dir: Path, port: int) -> dict[str, str]:
                       "context": {"cluster": "kubernetes", "user": "kubernetes-admin"}}],
     }
     conf = state_dir / "admin.conf"
-    conf.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+    conf.write_text(json.dumps(kubeconfig, indent=2) + "\n")  # JSON is YAML; the stdlib-only simulated kubeadm reads it
     conf.chmod(0o600)
     return {"server": server, "token": token, "ca_data": ca_data, "ca_cert_hash": spki_sha256(crt.read_text()),
             "kubeconfig": str(conf)}
@@ -104,7 +104,7 @@ def _cluster_info(server: str, ca_data: str) -> dict[str, Any]:
                   "current-context": "",
                   "clusters": [{"name": "", "cluster": {"server": server, "certificate-authority-data": ca_data}}]}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info", "namespace": "kube-public"},
-            "data": {"kubeconfig": yaml.safe_dump(kubeconfig, sort_keys=False)}}
+            "data": {"kubeconfig": json.dumps(kubeconfig, indent=2)}}  # JSON is YAML
 
 
 class Api:

@@ -1,0 +1,63 @@
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters that turn discovered hardware into Kubernetes objects (thin wrappers of module_utils/k8s_objects).
+
+``cluster_objects`` builds every controller-side object of a fleet, ``join_configuration`` renders and
+validates a kubeadm JoinConfiguration, ``node_self_labels`` gives the labels a kubelet may report,
+``sriov_rails_from_hw`` derives device-plugin rails from discovery, ``adaptive_routing_mode`` reads
+the mode from read-back contract entries. Bad input raises AnsibleFilterError naming host and variable.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects
+
+
+def _wrap(func):
+    def inner(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except k8s_objects.K8sObjectsError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"{func.__name__}: malformed input: {exc}") from exc
+
+    inner.__name__ = func.__name__
+    inner.__doc__ = func.__doc__
+    return inner
+
+
+def cluster_objects(hosts, settings):
+    """Every cluster object for a fleet; see ``k8s_objects.build``."""
+    return k8s_objects.build(dict(hosts), dict(settings))
+
+
+def join_configuration(labels, node_name, taints, domain, discovery,
+                       cri_socket="unix:///run/containerd/containerd.sock"):
+    """A validated kubeadm.k8s.io/v1beta4 JoinConfiguration; see ``k8s_objects.join_configuration``."""
+    return k8s_objects.join_configuration(node_name, dict(labels), list(taints), domain, dict(discovery), cri_socket)
+
+
+def node_self_labels(hw, domain, fabric="default", transport="roce"):
+    """Labels a kubelet may report about its node; see ``k8s_objects.self_labels``."""
+    return k8s_objects.self_labels(hw, domain, fabric, transport)
+
+
+def sriov_rails_from_hw(hw, num_vfs=8):
+    """``sriov_rails`` entries from discovered rails; see ``k8s_objects.sriov_rails_from_hw``."""
+    return k8s_objects.sriov_rails_from_hw(hw, int(num_vfs))
+
+
+def adaptive_routing_mode(entries):
+    """``enabled``/``disabled``/``mixed``/``unknown``; see ``k8s_objects.adaptive_routing_mode``."""
+    return k8s_objects.adaptive_routing_mode(list(entries or []))
+
+
+class FilterModule:
+    """Kubernetes object filters."""
+
+    def filters(self):
+        return {f.__name__: _wrap(f) for f in (cluster_objects, join_configuration, node_self_labels,
+                                               sriov_rails_from_hw, adaptive_routing_mode)}
