@@ -28,6 +28,7 @@ DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
+SCENARIOS += install
 
 .PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
