@@ -19,6 +19,9 @@ export PATH := $(VENV)/bin:$(PATH):/usr/sbin:/sbin
 export CONTAINERS_CONF ?= $(ROOT)/src/gpunode/sim/image/containers.conf
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.cache/collections
+# ansible-lint puts $ANSIBLE_HOME/collections first; a per-checkout home keeps it from resolving
+# mlplatform.gpunode to a stale copy installed in ~/.ansible by another checkout.
+export ANSIBLE_HOME := $(ROOT)/.cache/ansible-home
 export ANSIBLE_FORCE_COLOR ?= 0
 export GPUNODE_SIM_DIR ?= $(ROOT)/.sim
 export PY_COLORS ?= 0

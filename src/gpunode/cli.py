@@ -1,7 +1,7 @@
 """The ``gpunode`` command line.
 
-``gpunode sim …`` drives the simulated fleet (design.md §5). Later stages add ``hook`` and
-``report``. Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
+``gpunode sim …`` drives the simulated fleet (design.md §5). ``gpunode report`` writes the fleet report.
+Later stages add ``hook``. Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpunode.report.model import ReportInputError
 from gpunode.sim import fleet, image, repo
 from gpunode.sim.podman import PodmanError
 from gpunode.sim.profile import ProfileError, list_profiles, load_profile
@@ -80,13 +81,31 @@ def _run_kapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_parser(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser("report", help="write the fleet report (HTML + Markdown) from machine-readable results")
+    rep.add_argument("--input", "-i", type=Path, required=True,
+                     help="results directory: fleet.json, hosts/<host>/*.json, kueue/ (src/gpunode/report/README.md)")
+    rep.add_argument("--output", "-o", type=Path, default=None, help="where to write report.{html,md,json} "
+                     "(default: the input directory)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpunode`` command."""
     parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     _sim_parser(sub)
     _kapi_parser(sub)
+    _report_parser(sub)
     return parser
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from gpunode.report.render import write_report
+
+    written = write_report(args.input, args.output or args.input)
+    for name in ("report.html", "report.md"):
+        print(f"{name}: {written[name].resolve()}")
+    return 0
 
 
 def _run_sim(args: argparse.Namespace) -> int:
@@ -128,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             return _run_sim(args)
         if args.cmd == "kapi":
             return _run_kapi(args)
-    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError) as exc:
+        if args.cmd == "report":
+            return _run_report(args)
+    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError, ReportInputError) as exc:
         print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2
     return 0

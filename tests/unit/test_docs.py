@@ -20,6 +20,8 @@ PLUGINS = [
     ("module", "mlxconfig"),
     ("module", "mlxconfig_info"),
     ("module", "roce_accl"),
+    ("module", "fleet_contract"),
+    ("filter", "firmware_contract"),
     ("module", "sriov_vfs"),
     ("module", "roce_qos"),
     ("filter", "rail_map"),

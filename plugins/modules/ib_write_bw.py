@@ -1,0 +1,203 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+DOCUMENTATION = r"""
+module: ib_write_bw
+short_description: Run perftest ib_write_bw servers or clients for every rail of a host in one call
+version_added: 0.1.0
+description:
+  - >-
+    O(servers) starts one C(ib_write_bw) server per entry in the background (each serves one client, and is bounded
+    by O(timeout) through C(timeout(1))) and returns at once.
+  - >-
+    O(clients) runs one C(ib_write_bw) client per entry, one after the other, retrying a refused connection while
+    the peer's server starts, and returns the measured average bandwidth in Gb/s (C(--report_gbits)).
+  - A test measures and changes nothing on the host, so the module never reports changed. In check mode nothing runs.
+  - Without perftest on the host every client result carries the error instead of failing the task.
+author: mlplatform.gpunode developers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Nothing runs in check mode; results are empty.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  servers:
+    description: Servers to start.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      id:
+        description: Test id (echoed back).
+        type: str
+        required: true
+      device:
+        description: RDMA device of the rail (C(mlx5_0)).
+        type: str
+        required: true
+      port:
+        description: TCP port of the test's connection exchange.
+        type: int
+        required: true
+  clients:
+    description: Clients to run, in order.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      id:
+        description: Test id (echoed back).
+        type: str
+        required: true
+      device:
+        description: RDMA device of the rail.
+        type: str
+        required: true
+      port:
+        description: TCP port the server listens on.
+        type: int
+        required: true
+      server:
+        description: Address of the server host.
+        type: str
+        required: true
+  extra_args:
+    description: Extra perftest arguments for both sides (for example C([-x, "3"]) for a RoCE GID index).
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds a server waits for its client, and a client for its run.
+    type: int
+    default: 60
+  connect_retries:
+    description: How often a client retries a refused connection (one second apart).
+    type: int
+    default: 10
+seealso:
+  - module: mlplatform.gpunode.node_validation
+"""
+
+EXAMPLES = r"""
+- name: Start the servers of this host's tests
+  mlplatform.gpunode.ib_write_bw:
+    servers: [{id: "dgx01:0-hgx01:0", device: mlx5_0, port: 18515}]
+
+- name: Run the clients of this host's tests
+  mlplatform.gpunode.ib_write_bw:
+    clients: [{id: "dgx01:0-hgx01:0", device: mlx5_0, port: 18515, server: 10.0.0.11}]
+  register: bw
+"""
+
+RETURN = r"""
+started:
+  description: Test id -> process id of the started server.
+  returned: always
+  type: dict
+  sample: {"dgx01:0-hgx01:0": 4242}
+results:
+  description: Test id -> result of the client run.
+  returned: always
+  type: dict
+  contains:
+    gbps:
+      description: Average bandwidth in Gb/s, null on failure.
+      type: float
+    peak_gbps:
+      description: Peak bandwidth in Gb/s, null on failure.
+      type: float
+    error:
+      description: Why the run failed (the tool's messages or exit status), null on success.
+      type: str
+    rc:
+      description: Exit status of the client.
+      type: int
+  sample: {"dgx01:0-hgx01:0": {"gbps": 371.2, "peak_gbps": 380.1, "error": null, "rc": 0}}
+"""
+
+import os
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import perftest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+
+
+def _start_servers(module, binary, servers, extra, timeout):
+    timeout_bin = module.get_bin_path("timeout", required=True)
+    logdir = tempfile.mkdtemp(prefix="gpunode-ib_write_bw-")
+    started = {}
+    for server in servers:
+        argv = [timeout_bin, str(timeout), *perftest.server_argv(binary, server["device"], server["port"], extra)]
+        log = os.path.join(logdir, f"{server['port']}.log")
+        with open(log, "wb") as handle:
+            # A background server outlives this module run (run_command waits); its own session keeps it
+            # alive after the connection plugin's exec ends, and timeout(1) bounds it.
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env={**os.environ, "LC_ALL": "C"})
+        started[server["id"]] = proc.pid
+    return started
+
+
+def _run_client(module, binary, client, extra, timeout, retries):
+    timeout_bin = module.get_bin_path("timeout", required=True)
+    argv = [timeout_bin, str(timeout),
+            *perftest.client_argv(binary, client["device"], client["port"], client["server"], extra)]
+    for attempt in range(retries + 1):
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+        if rc == 0:
+            try:
+                parsed = perftest.parse(out)
+            except ParseError as exc:
+                return {"gbps": None, "peak_gbps": None, "error": str(exc), "rc": rc}
+            return {"gbps": parsed["bw_average_gbps"], "peak_gbps": parsed["bw_peak_gbps"], "error": None, "rc": rc}
+        reason = perftest.failure_reason(out, err, rc)
+        if "couldn't connect" not in reason.lower() or attempt == retries:
+            return {"gbps": None, "peak_gbps": None, "error": reason, "rc": rc}
+        time.sleep(1)
+    return {"gbps": None, "peak_gbps": None, "error": "not run", "rc": None}
+
+
+def main():
+    test_spec = {"id": {"type": "str", "required": True}, "device": {"type": "str", "required": True},
+                 "port": {"type": "int", "required": True}}
+    module = AnsibleModule(
+        argument_spec={
+            "servers": {"type": "list", "elements": "dict", "default": [], "options": dict(test_spec)},
+            "clients": {"type": "list", "elements": "dict", "default": [],
+                        "options": {**test_spec, "server": {"type": "str", "required": True}}},
+            "extra_args": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "int", "default": 60},
+            "connect_retries": {"type": "int", "default": 10},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    ports = [t["port"] for t in params["servers"]]
+    if len(set(ports)) != len(ports):
+        module.fail_json(msg=f"ib_write_bw: two servers on one port: {sorted(ports)}")
+    if module.check_mode or not (params["servers"] or params["clients"]):
+        module.exit_json(changed=False, started={}, results={})
+    binary = module.get_bin_path("ib_write_bw")
+    if not binary:
+        # Reported per test, so the validation gate can say why each pair failed.
+        missing = "perftest is not installed on this host (no ib_write_bw on PATH)"
+        module.exit_json(changed=False, started={}, results={
+            c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})
+    started = _start_servers(module, binary, params["servers"], params["extra_args"], params["timeout"])
+    results = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
+                                    params["connect_retries"]) for c in params["clients"]}
+    module.exit_json(changed=False, started=started, results=results)
+
+
+if __name__ == "__main__":
+    main()

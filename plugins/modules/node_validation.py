@@ -1,0 +1,316 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+DOCUMENTATION = r"""
+module: node_validation
+short_description: Check that a GPU node reads back as discovered and declared
+version_added: 0.1.0
+description:
+  - Reads the node's live state in one call and compares it with the discovery result and the declared settings.
+  - >-
+    GPUs from C(nvidia-smi -q): the same PCI addresses as discovered, product matching the discovered model, driver
+    version, persistence mode C(Enabled), and on NVSwitch systems Fabric State C(Completed) and a fabric manager
+    package versioned as the driver (real-outputs/nvidia-smi-q-h100-header-gpu0-gpud.txt; hardware-facts.md GPU side).
+  - C(nvidia_peermem) loaded (C(<sysfs_root>/module/nvidia_peermem) exists).
+  - >-
+    Per compute rail from sysfs: link C(ACTIVE) at the expected speed and link layer
+    (real-outputs/sysfs-class-infiniband-h100-ib-bf3-gpud.txt), GPU-NIC affinity re-derived as discovery does it,
+    VF count; from the vendor tools: NV config current values (C(mlxconfig -e q)), ROCE_ACCL fields (C(mlxreg)),
+    trust and PFC (C(mlnx_qos -i)); ECN, CNP DSCP, traffic class and MTU from sysfs
+    (real-outputs/roce-qos-sysfs-ecn-cnp-spiderpool.txt).
+  - Read-only. Checks whose expectation is not given are not run. The module never fails on a failed check; it
+    returns C(passed) and the reasons, and the validation role decides.
+author: mlplatform.gpunode developers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - mlplatform.gpunode.sysfs
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  hw:
+    description: The C(gpunode_hw) fact published by the discovery role.
+    type: dict
+    required: true
+  expect:
+    description: What the roles declared. A key left out (or null) is not checked.
+    type: dict
+    default: {}
+    suboptions:
+      gpu_product:
+        description: Exact C(nvidia-smi) product name; default compares the model tokens discovery found (H100, 80GB).
+        type: str
+      driver_version:
+        description: Exact driver version (C(550.90.07)).
+        type: str
+      link_speed_gbps:
+        description: Expected rail speed in Gb/s; default each rail's discovered speed.
+        type: int
+      link_layer:
+        description: Expected rail link layer.
+        type: str
+        choices: [Ethernet, InfiniBand]
+      nv_config:
+        description: NV config parameters every compute rail must have as B(current) value (names or numbers).
+        type: dict
+      roce_accl:
+        description: ROCE_ACCL fields (int) every compute rail must read back.
+        type: dict
+      num_vfs:
+        description: VF count of every compute rail.
+        type: int
+      qos:
+        description:
+          - RoCE QoS of every Ethernet compute rail.
+          - Keys trust, pfc (8 ints), ecn_np, ecn_rp (lists of priorities), cnp_dscp, roce_tos, mtu.
+        type: dict
+seealso:
+  - module: mlplatform.gpunode.nic_info
+  - module: mlplatform.gpunode.ib_write_bw
+"""
+
+EXAMPLES = r"""
+- name: Check the node
+  mlplatform.gpunode.node_validation:
+    sysfs_root: "{{ gpunode_sysfs_root | default('/sys') }}"
+    hw: "{{ gpunode_hw }}"
+    expect:
+      driver_version: "550.90.07"
+      link_layer: Ethernet
+      nv_config: {SRIOV_EN: true, NUM_OF_VFS: 8, LINK_TYPE_P1: ETH}
+      roce_accl: {adaptive_routing_forced_en: 1}
+      num_vfs: 8
+      qos: {trust: dscp, pfc: [0, 0, 0, 1, 0, 0, 0, 0], mtu: 9000}
+  register: node_check
+"""
+
+RETURN = r"""
+passed:
+  description: True when no check failed.
+  returned: always
+  type: bool
+failures:
+  description: The reason of every failed check, naming rail, PCI address and netdev where it applies.
+  returned: always
+  type: list
+  elements: str
+  sample: ["rail 3 0000:5e:00.0 (ibp94s0): link DOWN, expected ACTIVE"]
+checks:
+  description: Every check run.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    check:
+      description: >-
+        One of gpu_count, gpu_product, driver_version, fabric_manager, fabric_state, nvidia_peermem, persistence,
+        link, affinity, nv_config, roce_accl, vfs, qos.
+      type: str
+    scope:
+      description: V(host) or V(rail).
+      type: str
+    rail:
+      description: Rail index, null for host checks.
+      type: int
+    device:
+      description: PCI address of the rail NIC, null for host checks.
+      type: str
+    netdev:
+      description: Netdev of the rail NIC, or null.
+      type: str
+    status:
+      description: V(pass) or V(fail).
+      type: str
+    expected:
+      description: What was expected (shape depends on the check).
+      type: raw
+    found:
+      description: What was read back.
+      type: raw
+    reason:
+      description: Empty on pass; on fail one sentence naming device and values.
+      type: str
+observed:
+  description: The raw read-back (nvidia-smi, per-NIC link and VF state, NV config, ROCE_ACCL, QoS) for debugging.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, mlxreg, nvidia_smi, rdma_tools
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, verdict
+
+
+def _run(module, argv):
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    return rc, out, err
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _nvidia_smi(module):
+    binary = module.get_bin_path("nvidia-smi")
+    if not binary:
+        return {"error": "not installed (no nvidia-smi on PATH)"}
+    rc, out, err = _run(module, [binary, "-q"])
+    if rc != 0:
+        return {"error": f"exit status {rc}: {(err or out).strip()}"}
+    try:
+        parsed = nvidia_smi.parse_query(out)
+    except ParseError as exc:
+        return {"error": str(exc)}
+    for gpu in parsed["gpus"]:
+        gpu.pop("fields", None)
+    return parsed
+
+
+def _fabric_manager_version(module):
+    binary = module.get_bin_path("dpkg-query")
+    if not binary:
+        return None
+    rc, out, _err = _run(module, [binary, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
+                                  "nvidia-fabricmanager*"])
+    if rc != 0:
+        return None
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2].startswith("ii") and parts[1]:
+            return parts[1]
+    return None
+
+
+def _qos(module, root, netdev, rdma_device):
+    qos = {}
+    binary = module.get_bin_path("mlnx_qos")
+    if not binary:
+        return {"error": "mlnx_qos not installed"}
+    rc, out, err = _run(module, [binary, "-i", netdev])
+    if rc != 0:
+        return {"error": f"mlnx_qos -i {netdev}: exit status {rc}: {(err or out).strip()}"}
+    try:
+        parsed = rdma_tools.parse_mlnx_qos(out)
+    except ParseError as exc:
+        return {"error": str(exc)}
+    qos["trust"] = parsed["trust"]
+    qos["pfc"] = (parsed["pfc"] or {}).get("enabled")
+    base = os.path.join(root, "class", "net", netdev)
+    for side, key in (("roce_np", "ecn_np"), ("roce_rp", "ecn_rp")):
+        qos[key] = [p for p in range(8) if _read(os.path.join(base, "ecn", side, "enable", str(p))) == "1"]
+    cnp = _read(os.path.join(base, "ecn", "roce_np", "cnp_dscp"))
+    qos["cnp_dscp"] = int(cnp) if cnp and cnp.isdigit() else None
+    mtu = _read(os.path.join(base, "mtu"))
+    qos["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
+    tclass = _read(os.path.join(root, "class", "infiniband", rdma_device or "-", "tc", "1", "traffic_class"))
+    try:
+        qos["roce_tos"] = rdma_tools.parse_traffic_class(tclass) if tclass else None
+    except ParseError:
+        qos["roce_tos"] = None
+    return qos
+
+
+def observe(module, root, hw, expect):
+    """Read everything the checks need, for the rails discovery found."""
+    observed = {"nvidia_smi": _nvidia_smi(module), "modules": {
+        "nvidia_peermem": os.path.isdir(os.path.join(root, "module", "nvidia_peermem"))}}
+    if hw.get("fabric_manager_required"):
+        observed["fabric_manager_version"] = _fabric_manager_version(module)
+    live = classify(read_sysfs(root), management_interfaces=hw.get("management_interfaces") or [])
+    observed["nics"] = {n["pci_address"]: {k: n.get(k) for k in ("link_state", "speed_gbps", "link_layer",
+                                                                  "sriov_numvfs", "sriov_totalvfs", "netdev")}
+                        for n in live["nics"]}
+    observed["affinity"] = {g["pci_address"]: g.get("rail_nic") for g in live["gpus"]}
+    rails = hw.get("rails") or []
+    if expect.get("nv_config"):
+        binary = module.get_bin_path("mlxconfig")
+        observed["nv_config"] = {}
+        for rail in rails:
+            if not binary:
+                observed["nv_config"][rail["pci_address"]] = {"error": "mlxconfig not installed"}
+                continue
+            rc, out, err = _run(module, [binary, "-d", rail["pci_address"], "-e", "q"])
+            try:
+                parsed = mlxconfig.parse_query(out)
+            except ParseError as exc:
+                parsed = {"devices": [], "errors": [f"exit status {rc}: {(err or str(exc)).strip()}"]}
+            if parsed["errors"] or not parsed["devices"]:
+                observed["nv_config"][rail["pci_address"]] = {"error": "; ".join(parsed["errors"]) or "no device"}
+            else:
+                observed["nv_config"][rail["pci_address"]] = {"params": {
+                    k: {c: (v.get(c) or {}).get("raw") for c in ("current", "next_boot")}
+                    for k, v in parsed["devices"][0]["params"].items()}}
+    if expect.get("roce_accl"):
+        binary = module.get_bin_path("mlxreg")
+        observed["roce_accl"] = {}
+        for rail in rails:
+            if not binary:
+                observed["roce_accl"][rail["pci_address"]] = {"error": "mlxreg not installed"}
+                continue
+            rc, out, err = _run(module, [binary, "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--get"])
+            try:
+                parsed = mlxreg.parse_get(out)
+            except ParseError as exc:
+                parsed = {"fields": {}, "errors": [f"exit status {rc}: {(err or str(exc)).strip()}"]}
+            observed["roce_accl"][rail["pci_address"]] = (
+                {"error": "; ".join(parsed["errors"])} if parsed["errors"] else {"fields": parsed["fields"]})
+    if expect.get("qos"):
+        observed["qos"] = {rail["netdev"]: _qos(module, root, rail["netdev"], rail.get("rdma_device"))
+                           for rail in rails if rail.get("netdev") and rail.get("link_layer") != "InfiniBand"}
+    return observed
+
+
+def main():
+    expect_spec = {
+        "gpu_product": {"type": "str"},
+        "driver_version": {"type": "str"},
+        "link_speed_gbps": {"type": "int"},
+        "link_layer": {"type": "str", "choices": ["Ethernet", "InfiniBand"]},
+        "nv_config": {"type": "dict"},
+        "roce_accl": {"type": "dict"},
+        "num_vfs": {"type": "int"},
+        "qos": {"type": "dict"},
+    }
+    module = AnsibleModule(
+        argument_spec={
+            "sysfs_root": {"type": "path", "default": "/sys"},
+            "hw": {"type": "dict", "required": True},
+            "expect": {"type": "dict", "default": {}, "options": expect_spec},
+        },
+        supports_check_mode=True,
+    )
+    hw = module.params["hw"]
+    expect = {k: v for k, v in (module.params["expect"] or {}).items() if v not in (None, {}, "")}
+    for key in ("gpus", "rails", "nics"):
+        if not isinstance(hw.get(key), list):
+            module.fail_json(msg=f"node_validation: hw.{key} is missing: pass the discovery role's gpunode_hw fact")
+    bad_accl = [k for k, v in (expect.get("roce_accl") or {}).items() if not isinstance(v, int) or isinstance(v, bool)]
+    if bad_accl:
+        module.fail_json(msg="node_validation: expect.roce_accl values must be integers: "
+                         + ", ".join(sorted(bad_accl)))
+    try:
+        observed = observe(module, module.params["sysfs_root"], hw, expect)
+    except SysfsError as exc:
+        module.fail_json(msg=f"node_validation: {exc}", sysfs_root=module.params["sysfs_root"])
+    checks = check_node(hw, observed, expect)
+    passed, failures = verdict(checks, [])
+    module.exit_json(changed=False, passed=passed, failures=failures, checks=checks, observed=observed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""``gpunode report``: the fleet report (host × setting drift, rail maps, validation, Kueue flavors)."""

@@ -1,0 +1,237 @@
+"""``gpunode report`` on a realistic DGX H100 + HGX H100 fleet: the hardware comes from the
+simulator's profiles through the real discovery code (materialize -> read_sysfs -> classify), the
+contracts and validation results have the shapes the roles publish."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+
+from gpunode.cli import main
+from gpunode.report.model import ReportInputError, build, contract_table, load_inputs
+from gpunode.report.render import render, write_report
+from gpunode.sim.profile import load_profile
+from gpunode.sim.sysfs import materialize
+
+
+@pytest.fixture(scope="module")
+def hw(tmp_path_factory):
+    """gpunode_hw of both platforms, as the discovery role publishes it."""
+    out = {}
+    for name in ("dgx-h100", "hgx-h100"):
+        root = tmp_path_factory.mktemp(name)
+        materialize(load_profile(name), root)
+        result = classify(read_sysfs(root))
+        out[name] = {
+            "platform": result["platform"], "gpus": result["gpus"], "nvswitches": result["nvswitches"],
+            "nics": result["nics"], "rails": result["rails"], "gpus_without_rail": result["gpus_without_rail"],
+        }
+    return out
+
+
+def _contracts(hw, accl_by_rail=None, mtu=9000):
+    """nic_firmware / roce_qos / gpu_driver contract entries as read back on a converged host."""
+    nicfw, qos = [], []
+    for rail in hw["rails"]:
+        base = {"scope": "rail", "rail": rail["rail"], "pci_address": rail["pci_address"], "netdev": rail["netdev"]}
+        nicfw.append({**base, "setting": "LINK_TYPE_P1", "value": "ETH"})
+        nicfw.append({**base, "setting": "NUM_OF_VFS", "value": 8})
+        accl = (accl_by_rail or {}).get(rail["rail"], 1)
+        nicfw.append({**base, "setting": "roce_accl.adaptive_routing_forced_en", "value": accl})
+        qos.append({**base, "setting": "mtu", "value": mtu})
+        qos.append({**base, "setting": "pfc", "value": [0, 0, 0, 1, 0, 0, 0, 0]})
+    nicfw.append({"scope": "host", "rail": None, "pci_address": None, "netdev": None, "setting": "rail_count",
+                  "value": len(hw["rails"])})
+    driver = [{"scope": "host", "rail": None, "pci_address": None, "netdev": None, "setting": "driver_version",
+               "value": "550.90.07"}]
+    return {"nic_firmware_contract": nicfw, "roce_qos_contract": qos, "gpu_driver_contract": driver}
+
+
+FLAVOR = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+    "metadata": {"name": "h100-80gb-dgx-default"},
+    "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpunode.mlplatform.io/platform": "dgx"},
+             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+}
+QUEUE = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "gpu"},
+    "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+        {"name": "h100-80gb-dgx-default", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]},
+}
+
+
+@pytest.fixture
+def fleet_dir(tmp_path, hw):
+    """An input directory: DGX fetched files + HGX in fleet.json; the HGX has adaptive routing off
+    on rail 2 (the incident) and MTU 1500 everywhere; the DGX failed validation on rail 3."""
+    dgx_dir = tmp_path / "hosts" / "dgx01"
+    dgx_dir.mkdir(parents=True)
+    (dgx_dir / "discovery.json").write_text(json.dumps(hw["dgx-h100"]))
+    (dgx_dir / "validation.json").write_text(json.dumps({
+        "host": "dgx01", "passed": False,
+        "checks": [
+            {"check": "gpu_count", "scope": "host", "rail": None, "device": None, "status": "pass",
+             "expected": 8, "found": 8, "reason": ""},
+            {"check": "link", "scope": "rail", "rail": 3, "device": "0000:5e:00.0", "status": "fail",
+             "expected": "ACTIVE 400G", "found": "DOWN", "reason": "rail 3 0000:5e:00.0 (ibp94s0): link DOWN"},
+        ],
+        "pairs": [{"rail": 0, "peer": "hgx01", "peer_rail": 0, "gbps": 371.2, "line_rate_gbps": 400,
+                   "threshold_pct": 90, "status": "pass", "reason": ""}],
+        "taint": "kept",
+    }))
+    hgx = copy.deepcopy(hw["hgx-h100"])
+    fleet = {
+        "hosts": {
+            "dgx01": {"fabric": "default", "contracts": _contracts(hw["dgx-h100"])},
+            "hgx01": {"fabric": "default", "hw": hgx, "contracts": _contracts(hgx, accl_by_rail={2: 0}),
+                      "validation": {"host": "hgx01", "passed": True, "checks": [], "pairs": [], "taint": "removed"}},
+        },
+        "kueue": [FLAVOR],
+    }
+    (tmp_path / "fleet.json").write_text(json.dumps(fleet))
+    (tmp_path / "kueue").mkdir()
+    (tmp_path / "kueue" / "queues.yaml").write_text(
+        "---\n" + json.dumps(QUEUE) + "\n---\n" + json.dumps(FLAVOR) + "\n")
+    return tmp_path
+
+
+def test_load_merges_fetched_files_and_fleet_json(fleet_dir, hw):
+    inputs = load_inputs(fleet_dir)
+    assert list(inputs["hosts"]) == ["dgx01", "hgx01"]
+    assert inputs["hosts"]["dgx01"]["hw"]["platform"] == hw["dgx-h100"]["platform"]
+    assert inputs["hosts"]["dgx01"]["validation"]["passed"] is False
+    assert inputs["hosts"]["hgx01"]["validation"]["passed"] is True
+    assert set(inputs["hosts"]["hgx01"]["contracts"]) == {"nic_firmware_contract", "roce_qos_contract",
+                                                         "gpu_driver_contract"}
+
+
+def test_drift_names_the_hgx_rail_with_adaptive_routing_off(fleet_dir, hw):
+    report = build(load_inputs(fleet_dir))
+    fabric = report["fabrics"]["default"]
+    assert fabric["hosts"] == ["dgx01", "hgx01"]
+    rail2 = next(r for r in hw["hgx-h100"]["rails"] if r["rail"] == 2)
+    assert fabric["drift"] == [{
+        "host": "hgx01", "column": "nic_firmware.roce_accl.adaptive_routing_forced_en", "rail": 2,
+        "pci_address": rail2["pci_address"], "netdev": rail2["netdev"], "expected": 1, "found": 0,
+    }]
+    cell = fabric["cells"]["hgx01"]["nic_firmware.roce_accl.adaptive_routing_forced_en"]
+    assert cell["drift"] is True and cell["value"] is None
+    assert cell["rails"] == {0: 1, 1: 1, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    assert fabric["cells"]["dgx01"]["nic_firmware.roce_accl.adaptive_routing_forced_en"] == {
+        "value": 1, "rails": dict.fromkeys(range(8), 1), "expected": 1, "drift": False, "missing": False}
+    assert fabric["cells"]["dgx01"]["nic_firmware.rail_count"]["value"] == 8
+    assert fabric["cells"]["hgx01"]["roce_qos.pfc"]["value"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert report["summary"] == {"hosts": 2, "passed": 1, "failed": 1, "not_validated": 0, "drift": 1}
+
+
+def test_missing_setting_and_separate_fabrics():
+    hosts = {
+        "a": {"fabric": "f1", "contracts": {"x_contract": [{"scope": "host", "setting": "s", "value": 1}]}},
+        "b": {"fabric": "f1", "contracts": {}},
+        "c": {"fabric": "f2", "contracts": {"x_contract": [{"scope": "host", "setting": "s", "value": 2}]}},
+    }
+    table = contract_table(hosts)["fabrics"]
+    assert table["f1"]["cells"]["b"]["x.s"]["missing"] is True
+    assert [d["host"] for d in table["f1"]["drift"]] == ["b"]
+    assert table["f2"]["drift"] == []  # value 2 on f2 is compared only with f2
+
+
+def test_rail_rows_follow_gpu_order_with_validation(fleet_dir, hw):
+    report = build(load_inputs(fleet_dir))
+    dgx = next(h for h in report["hosts"] if h["name"] == "dgx01")
+    assert dgx["platform"].startswith("NVIDIA")
+    assert [r["rail"] for r in dgx["rails"]] == list(range(8))
+    # DGX H100 rails: PCI 18, 40, 4f, 5e, 9a, c0, ce, dc; RDMA mlx5_0,3,4,5,6,9,10,11 (hardware-facts.md)
+    assert [r["nic"] for r in dgx["rails"]] == [f"0000:{b}:00.0" for b in
+                                                ("18", "40", "4f", "5e", "9a", "c0", "ce", "dc")]
+    assert [r["rdma_device"] for r in dgx["rails"]] == [f"mlx5_{i}" for i in (0, 3, 4, 5, 6, 9, 10, 11)]
+    assert dgx["rails"][3]["status"] == "fail"
+    assert dgx["rails"][3]["reasons"] == ["rail 3 0000:5e:00.0 (ibp94s0): link DOWN"]
+    assert dgx["rails"][0]["status"] == "pass"
+    assert dgx["rails"][1]["status"] == "not validated"
+    hgx = next(h for h in report["hosts"] if h["name"] == "hgx01")
+    # XE9680: every CX-7 sits on the bus after its GPU (PIX); the CX-6 Dx at 1b/9d is never a rail
+    assert all(r["distance"] == "PIX" and r["model"] == "ConnectX-7" for r in hgx["rails"])
+    assert not any(r["nic"].startswith(("0000:1b", "0000:9d")) for r in hgx["rails"])
+    assert hgx["nvswitches"] == 4 and hgx["gpus"] == 8
+
+
+class _Cells(HTMLParser):
+    """Collect the contract table's <td> cells: (host, setting) -> (classes, text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self._current, self.rails = {}, None, []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "td" and "data-setting" in attrs:
+            self._current = (attrs["data-host"], attrs["data-setting"])
+            self.cells[self._current] = [attrs.get("class") or "", ""]
+        if tag == "tr" and "data-rail" in attrs:
+            self.rails.append(attrs["data-rail"])
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self._current = None
+
+    def handle_data(self, data):
+        if self._current:
+            self.cells[self._current][1] += data
+
+
+def test_html_marks_drift_cells(fleet_dir):
+    html = render(build(load_inputs(fleet_dir)))["report.html"]
+    parser = _Cells()
+    parser.feed(html)
+    column = "nic_firmware.roce_accl.adaptive_routing_forced_en"
+    assert parser.cells[("hgx01", column)] == ["drift", "r0=1, r1=1, r2=0, r3=1, r4=1, r5=1, r6=1, r7=1expected 1"]
+    assert parser.cells[("dgx01", column)] == ["", "1"]
+    assert parser.cells[("dgx01", "roce_qos.mtu")] == ["", "9000"]
+    assert [c for c, (cls, _) in parser.cells.items() if "drift" in cls] == [("hgx01", column)]
+    assert len(parser.rails) == 16  # 8 rails per host
+    assert "rail 3 0000:5e:00.0 (ibp94s0): link DOWN" in html
+    assert "h100-80gb-dgx-default" in html and "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" in html
+
+
+def test_markdown_tables(fleet_dir):
+    md = render(build(load_inputs(fleet_dir)))["report.md"]
+    row = next(line for line in md.splitlines() if line.startswith("| nic_firmware.roce_accl"))
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert cells == ["nic_firmware.roce_accl.adaptive_routing_forced_en", "1",
+                     "**DRIFT** r0=1, r1=1, r2=0, r3=1, r4=1, r5=1, r6=1, r7=1 (expected 1)"]
+    assert "- hgx01 rail 2" in md and "is 0, expected 1" in md
+    assert re.search(r"^\| dgx01 \| default \| NVIDIA .* \| failed \| 1/2 \| rail 3 0000:5e:00.0", md, re.M)
+    assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| passed \| 0/0 \|", md, re.M)
+    assert "| gpu | h100-80gb-dgx-default | nvidia.com/gpu | 8 |" in md
+    assert re.search(r"^\| dgx01 \| 0 \| hgx01 \| 0 \| 371\.2 \| 400 \| 90% \| pass \|", md, re.M)
+    # the flavor given twice (fleet.json and kueue/) is listed once
+    assert sum(line.startswith("| h100-80gb-dgx-default |") for line in md.splitlines()) == 1
+
+
+def test_cli_writes_the_three_files(fleet_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["report", "--input", str(fleet_dir), "--output", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
+    assert str(out / "report.html") in capsys.readouterr().out
+    assert json.loads((out / "report.json").read_text())["summary"]["drift"] == 1
+
+
+def test_bad_inputs_name_the_file(tmp_path, capsys):
+    (tmp_path / "fleet.json").write_text("{not json")
+    with pytest.raises(ReportInputError, match="fleet.json"):
+        load_inputs(tmp_path)
+    assert main(["report", "--input", str(tmp_path)]) == 2
+    assert "fleet.json: not readable JSON" in capsys.readouterr().err
+    assert main(["report", "--input", str(tmp_path / "absent")]) == 2
+
+
+def test_empty_directory_gives_an_empty_report(tmp_path):
+    written = write_report(tmp_path, tmp_path / "out")
+    assert "0 hosts" in written["report.md"].read_text()

@@ -1,0 +1,116 @@
+"""The sriov and roce_qos roles' decisions, run with ansible-playbook (playbooks/network.yml) on this machine
+against materialized trees. Boot units are not installed here (molecule/qos covers them on simulated hosts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpunode.sim.profile import load_profile
+from gpunode.sim.sysfs import materialize
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "playbooks" / "network.yml"
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+DGX_RAILS = ["0000:18:00.0", "0000:40:00.0", "0000:4f:00.0", "0000:5e:00.0",
+             "0000:9a:00.0", "0000:c0:00.0", "0000:ce:00.0", "0000:dc:00.0"]
+
+
+def _play(tmp_path: Path, tree: Path, *args, **extra) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        node1:\n"
+        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
+    )
+    extra_vars = {"gpunode_sysfs_root": str(tree), "discovery_results_dir": str(tmp_path / "results"),
+                  "discovery_print_summary": False, "sriov_boot_unit_enabled": False,
+                  "roce_qos_boot_unit_enabled": False, **extra}
+    dump = tmp_path / "facts.yml"
+    dump_play = tmp_path / "dump.yml"
+    dump_play.write_text(
+        f"- ansible.builtin.import_playbook: {PLAYBOOK}\n"
+        "- name: Dump the published facts\n  hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n"
+        "    - name: Write them\n      ansible.builtin.copy:\n"
+        "        content: \"{{ {'sriov_rails': sriov_rails, 'sriov_contract': sriov_contract,"
+        " 'roce_qos_skipped': roce_qos_skipped, 'roce_qos_contract': roce_qos_contract} | to_json }}\"\n"
+        f"        dest: {dump}\n        mode: '0644'\n      delegate_to: localhost\n      check_mode: false\n"
+    )
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(dump_play), "-e", json.dumps(extra_vars), *args],
+        capture_output=True, text=True, env=env, check=False, timeout=300,
+    )
+    proc.text = " ".join(proc.stdout.split())  # messages are wrapped over lines in the YAML result output
+    return proc
+
+
+@pytest.fixture
+def dgx_tree(tmp_path) -> Path:
+    tree = tmp_path / "sys"
+    materialize(load_profile("dgx-h100"), tree)
+    return tree
+
+
+def numvfs(tree, pci):
+    return (tree / "bus/pci/devices" / pci / "sriov_numvfs").read_text().strip()
+
+
+def test_dgx_gets_vfs_on_every_rail_and_qos_is_skipped_on_infiniband(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [numvfs(dgx_tree, pci) for pci in DGX_RAILS] == ["8"] * 8
+    assert numvfs(dgx_tree, "0000:29:00.0") == "0"  # storage card keeps none
+    facts = json.loads((tmp_path / "facts.yml").read_text())
+    assert facts["sriov_rails"][0] == {"rail": 0, "pci_address": "0000:18:00.0", "pf_name": "ibp24s0",
+                                       "rdma_device": "mlx5_0", "num_vfs": 8, "vf_range": "0-7"}
+    assert [r["rdma_device"] for r in facts["sriov_rails"]] == [
+        "mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+    assert {(c["scope"], c["setting"], c["value"]) for c in facts["sriov_contract"]} == {("rail", "sriov_num_vfs", 8)}
+    assert len(facts["roce_qos_skipped"]) == 8
+    assert "InfiniBand link layer" in facts["roce_qos_skipped"][0]["reason"]
+    assert facts["roce_qos_contract"] == []
+    # No InfiniBand netdev got ECN files or an MTU change.
+    assert (dgx_tree / "class/net/ibp24s0/mtu").read_text().strip() != "9000"
+
+
+def test_check_mode_writes_no_vfs(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [numvfs(dgx_tree, pci) for pci in DGX_RAILS] == ["0"] * 8
+    facts = json.loads((tmp_path / "facts.yml").read_text())
+    assert {c["value"] for c in facts["sriov_contract"]} == {0}  # the contract is what is there
+
+
+def test_more_vfs_than_total_fails_naming_host_netdev_and_variable(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, sriov_compute_num_vfs=32)
+    assert proc.returncode != 0
+    assert "node1: netdev ibp24s0 (0000:18:00.0, compute): sriov_compute_num_vfs=32 is more than sriov_totalvfs 16" \
+        in proc.text
+    assert "NUM_OF_VFS" in proc.text and "nic_firmware" in proc.text
+    assert [numvfs(dgx_tree, pci) for pci in DGX_RAILS] == ["0"] * 8
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"roce_qos_tos": 160}, "roce_qos_tos 160 is DSCP 40, which the default dscp2prio map puts on priority 5"),
+    ({"roce_qos_ecn_rp_priorities": [3, 5]}, "ECN is enabled on priorities [5]"),
+    ({"roce_qos_pfc_priorities": [3, 9]}, "invalid RoCE QoS profile for fabric default"),
+    ({"roce_qos_tos": 300}, "invalid RoCE QoS profile"),
+])
+def test_contradicting_qos_is_rejected_before_anything_is_applied(tmp_path, dgx_tree, extra, needle):
+    proc = _play(tmp_path, dgx_tree, **extra)
+    assert proc.returncode != 0
+    assert needle in proc.text
+    assert "node1:" in proc.text
+
+
+def test_profiles_override_per_fabric(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, gpunode_fabric="east", roce_qos_profiles={"east": {"tos": 160}})
+    assert proc.returncode != 0
+    assert "roce_qos_tos 160" in proc.text

@@ -1,0 +1,284 @@
+"""The validation gate's pure logic: per-node checks on DGX/HGX discovery results, the choice of
+ib_write_bw pairs across a fabric, and who is blamed when a pair fails."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import perftest, validation
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+
+from gpunode.sim.profile import load_profile
+from gpunode.sim.sysfs import materialize
+
+DECLARED = {
+    "driver_version": "550.90.07",
+    "link_layer": "Ethernet",
+    "nv_config": {"SRIOV_EN": True, "NUM_OF_VFS": 8, "LINK_TYPE_P1": "ETH"},
+    "roce_accl": {"adaptive_routing_forced_en": 1},
+    "num_vfs": 8,
+    "qos": {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [3], "ecn_rp": [3], "cnp_dscp": 48,
+            "roce_tos": 106, "mtu": 9000},
+}
+
+
+@pytest.fixture(scope="module")
+def hw(tmp_path_factory):
+    out = {}
+    for name in ("dgx-h100", "hgx-h100"):
+        root = tmp_path_factory.mktemp(name)
+        materialize(load_profile(name), root)
+        result = classify(read_sysfs(root))
+        result["fabric_manager_required"] = bool(result["nvswitches"])
+        result["gpu_product"] = ", ".join(sorted({g["model"] for g in result["gpus"]}))
+        out[name] = result
+    return out
+
+
+def converged(hw):
+    """What a converged RoCE node reads back: every declared value in place."""
+    rails = hw["rails"]
+    return {
+        "nvidia_smi": {"driver_version": "550.90.07", "gpus": [
+            {"pci_address": g["pci_address"], "product_name": "NVIDIA H100 80GB HBM3", "persistence_mode": "Enabled",
+             "fabric_state": "Completed", "fabric_status": "Success"} for g in hw["gpus"]]},
+        "fabric_manager_version": "550.90.07-1",
+        "modules": {"nvidia_peermem": True},
+        "nics": {r["pci_address"]: {"link_state": "ACTIVE", "speed_gbps": 400, "link_layer": "Ethernet",
+                                    "sriov_numvfs": 8, "netdev": r["netdev"]} for r in rails},
+        "affinity": {r["gpu"]: r["pci_address"] for r in rails},
+        "nv_config": {r["pci_address"]: {"params": {"SRIOV_EN": {"current": "True(1)", "next_boot": "True(1)"},
+                                                    "NUM_OF_VFS": {"current": "8", "next_boot": "8"},
+                                                    "LINK_TYPE_P1": {"current": "ETH(2)", "next_boot": "ETH(2)"}}}
+                      for r in rails},
+        "roce_accl": {r["pci_address"]: {"fields": {"adaptive_routing_forced_en": 1, "roce_tx_window_en": 1}}
+                      for r in rails},
+        "qos": {r["netdev"]: {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [3], "ecn_rp": [3],
+                              "cnp_dscp": 48, "roce_tos": 106, "mtu": 9000} for r in rails},
+    }
+
+
+def failed(checks):
+    return [(c["check"], c["rail"]) for c in checks if c["status"] == "fail"]
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "hgx-h100"])
+def test_converged_node_passes_every_check(hw, profile):
+    checks = validation.check_node(hw[profile], converged(hw[profile]), DECLARED)
+    assert failed(checks) == []
+    names = {c["check"] for c in checks}
+    assert names == set(validation.CHECKS)  # both profiles have NVSwitches: fabric checks included
+    rail_checks = [c for c in checks if c["scope"] == "rail"]
+    assert sorted({c["rail"] for c in rail_checks}) == list(range(8))
+    assert len(rail_checks) == 8 * 6  # link, affinity, nv_config, roce_accl, vfs, qos per rail
+
+
+def test_rail_link_down_names_rail_device_netdev(hw):
+    node = hw["dgx-h100"]
+    observed = converged(node)
+    observed["nics"]["0000:5e:00.0"]["link_state"] = "DOWN"
+    checks = validation.check_node(node, observed, DECLARED)
+    assert failed(checks) == [("link", 3)]
+    bad = next(c for c in checks if c["status"] == "fail")
+    assert bad["reason"] == "rail 3 0000:5e:00.0 (ibp94s0): link DOWN, expected ACTIVE"
+    assert bad["device"] == "0000:5e:00.0" and bad["netdev"] == "ibp94s0"
+
+
+def test_slow_link_and_wrong_link_layer(hw):
+    node = hw["hgx-h100"]
+    observed = converged(node)
+    pci = node["rails"][5]["pci_address"]
+    observed["nics"][pci].update(speed_gbps=200, link_layer="InfiniBand")
+    checks = validation.check_node(node, observed, DECLARED)
+    assert failed(checks) == [("link", 5)]
+    reason = next(c["reason"] for c in checks if c["status"] == "fail")
+    assert "speed 200 Gb/s, expected 400 Gb/s" in reason and "link layer InfiniBand, expected Ethernet" in reason
+
+
+def test_setting_that_did_not_stick_shows_current_and_next_boot(hw):
+    node = hw["dgx-h100"]
+    observed = converged(node)
+    observed["nv_config"]["0000:18:00.0"]["params"]["NUM_OF_VFS"] = {"current": "16", "next_boot": "8"}
+    checks = validation.check_node(node, observed, DECLARED)
+    assert failed(checks) == [("nv_config", 0)]
+    assert next(c["reason"] for c in checks if c["status"] == "fail") == (
+        "rail 0 0000:18:00.0 (ibp24s0): NV config NUM_OF_VFS current 16, desired 8 (next boot 8)")
+
+
+def test_gpu_side_failures(hw):
+    node = hw["hgx-h100"]
+    observed = converged(node)
+    gpus = observed["nvidia_smi"]["gpus"]
+    gone = gpus.pop()
+    gpus[0]["persistence_mode"] = "Disabled"
+    gpus[1]["fabric_state"] = "In Progress"
+    observed["nvidia_smi"]["driver_version"] = "535.161.08"
+    observed["fabric_manager_version"] = "550.90.07-1"
+    observed["modules"]["nvidia_peermem"] = False
+    checks = validation.check_node(node, observed, DECLARED)
+    reasons = {c["check"]: c["reason"] for c in checks if c["status"] == "fail"}
+    assert set(reasons) == {"gpu_count", "driver_version", "persistence", "fabric_manager", "fabric_state",
+                            "nvidia_peermem"}
+    assert reasons["gpu_count"] == f"nvidia-smi shows 7 GPUs, discovery found 8; missing {gone['pci_address']}"
+    assert reasons["driver_version"] == "driver 535.161.08, expected 550.90.07"
+    assert reasons["fabric_manager"] == "fabric manager 550.90.07-1 does not match driver 535.161.08"
+    assert reasons["persistence"] == f"persistence mode is not Enabled on {gpus[0]['pci_address']}"
+    assert reasons["fabric_state"] == f"Fabric State is not Completed: {gpus[1]['pci_address']} In Progress"
+
+
+def test_no_driver_fails_the_gpu_checks_with_the_reason(hw):
+    observed = converged(hw["dgx-h100"])
+    observed["nvidia_smi"] = {"error": "not installed (no nvidia-smi on PATH)"}
+    checks = validation.check_node(hw["dgx-h100"], observed, DECLARED)
+    assert {c["check"] for c in checks if c["status"] == "fail"} >= {"gpu_count", "driver_version", "persistence"}
+    assert all(c["reason"] == "nvidia-smi: not installed (no nvidia-smi on PATH)"
+               for c in checks if c["check"] == "gpu_count")
+
+
+def test_product_tokens_join_both_naming_schemes(hw):
+    assert validation.product_tokens("H100 SXM5 80GB") == {"H100", "80GB"}
+    assert validation.product_tokens("NVIDIA H100 80GB HBM3") == {"H100", "80GB"}
+    observed = converged(hw["dgx-h100"])
+    observed["nvidia_smi"]["gpus"][2]["product_name"] = "NVIDIA A100-SXM4-80GB"
+    checks = validation.check_node(hw["dgx-h100"], observed, DECLARED)
+    assert failed(checks) == [("gpu_product", None)]
+
+
+def test_affinity_roce_accl_vfs_qos(hw):
+    node = hw["hgx-h100"]
+    observed = converged(node)
+    r1, r2 = node["rails"][1], node["rails"][2]
+    observed["affinity"][r1["gpu"]] = "0000:1b:00.0"
+    observed["roce_accl"][r2["pci_address"]]["fields"]["adaptive_routing_forced_en"] = 0
+    observed["nics"][r2["pci_address"]]["sriov_numvfs"] = 0
+    observed["qos"][r2["netdev"]]["pfc"] = [0] * 8
+    checks = validation.check_node(node, observed, DECLARED)
+    assert failed(checks) == [("affinity", 1), ("roce_accl", 2), ("vfs", 2), ("qos", 2)]
+    reasons = [c["reason"] for c in checks if c["status"] == "fail"]
+    assert reasons[1] == (f"rail 2 {r2['pci_address']} ({r2['netdev']}): "
+                          "ROCE_ACCL adaptive_routing_forced_en=0, declared 1")
+    assert reasons[3].endswith("QoS pfc [0, 0, 0, 0, 0, 0, 0, 0], declared [0, 0, 0, 1, 0, 0, 0, 0]")
+
+
+def test_undeclared_settings_are_not_checked_and_ib_rails_skip_qos(hw):
+    node = copy.deepcopy(hw["dgx-h100"])
+    observed = converged(node)
+    for nic in observed["nics"].values():
+        nic["link_layer"] = "InfiniBand"
+    checks = validation.check_node(node, observed, {"qos": DECLARED["qos"]})
+    assert {c["check"] for c in checks} == {"gpu_count", "gpu_product", "driver_version", "persistence",
+                                            "fabric_manager", "fabric_state", "nvidia_peermem", "link", "affinity"}
+
+
+def _fleet(hw, names):
+    out = {}
+    for name, profile in names.items():
+        node = hw[profile]
+        out[name] = {"fabric": "default", "platform": validation.platform_key(node),
+                     "rails": [{k: r[k] for k in ("rail", "rdma_device", "pci_address", "netdev", "speed_gbps")}
+                               for r in node["rails"]]}
+    return out
+
+
+def test_two_host_fleet_tests_every_rail_dgx_to_hgx(hw):
+    tests = validation.select_pairs(_fleet(hw, {"dgx01": "dgx-h100", "hgx01": "hgx-h100"}))
+    assert len(tests) == 8
+    # platform keys sort as "Dell Inc. PowerEdge XE9680" < "NVIDIA DGXH100": the HGX serves
+    assert {(t["server"], t["client"]) for t in tests} == {("hgx01", "dgx01")}
+    assert [t["rail"] for t in tests] == list(range(8))
+    assert [t["port"] for t in tests] == list(range(18515, 18523))
+    dgx_rdma = [r["rdma_device"] for r in hw["dgx-h100"]["rails"]]
+    assert [t["client_device"] for t in tests] == dgx_rdma  # mlx5_0,3,4,5,6,9,10,11 on the DGX
+    assert all(t["line_rate_gbps"] == 400 for t in tests)
+    assert tests[3]["id"] == "hgx01:3-dgx01:3"
+
+
+def test_pairs_cover_every_platform_pair_and_every_host(hw):
+    fleet = _fleet(hw, {"dgx01": "dgx-h100", "dgx02": "dgx-h100", "hgx01": "hgx-h100", "hgx02": "hgx-h100",
+                        "hgx03": "hgx-h100"})
+    fleet["ib01"] = dict(fleet["dgx01"], fabric="ib")
+    tests = validation.select_pairs(fleet)
+    pairs = {(t["fabric"], t["server"], t["client"]) for t in tests}
+    assert pairs == {
+        ("default", "hgx01", "dgx01"),  # DGX <-> HGX
+        ("default", "dgx01", "dgx02"),  # DGX <-> DGX
+        ("default", "hgx01", "hgx02"),  # HGX <-> HGX
+        ("default", "dgx01", "hgx03"),  # hgx03 was uncovered: paired with another platform
+    }
+    assert len(tests) == 4 * 8
+    assert not any(t["fabric"] == "ib" for t in tests)  # a lone host in its fabric has no peer
+    assert len({t["port"] for t in tests}) == len(tests)
+
+
+def test_pairs_only_on_rails_both_hosts_have(hw):
+    fleet = _fleet(hw, {"a": "dgx-h100", "b": "hgx-h100"})
+    fleet["b"]["rails"] = fleet["b"]["rails"][:2]
+    assert [t["rail"] for t in validation.select_pairs(fleet)] == [0, 1]
+
+
+def test_judge_blames_both_of_two_and_the_odd_one_of_three():
+    tests = [
+        {"id": "a:0-b:0", "server": "a", "client": "b", "rail": 0, "server_device": "mlx5_0",
+         "client_device": "mlx5_0", "line_rate_gbps": 400},
+        {"id": "a:0-c:0", "server": "a", "client": "c", "rail": 0, "server_device": "mlx5_0",
+         "client_device": "mlx5_0", "line_rate_gbps": 400},
+    ]
+    results = {"a:0-b:0": {"gbps": 372.0, "error": None},
+               "a:0-c:0": {"gbps": None, "error": "Failed to modify QP 0x108 to RTR"}}
+    judged = validation.judge_pairs(tests, results, 90)
+    assert [p["blamed"] for p in judged["a"]] == [False, False]  # a passed rail 0 with b
+    assert judged["c"][0]["blamed"] is True
+    assert judged["c"][0]["reason"] == (
+        "rail 0 mlx5_0 <-> a mlx5_0: ib_write_bw failed: Failed to modify QP 0x108 to RTR")
+    assert validation.verdict([], judged["a"]) == (True, [])
+    assert validation.verdict([], judged["c"])[0] is False
+    two = validation.judge_pairs(tests[1:], results, 90)
+    assert two["a"][0]["blamed"] and two["c"][0]["blamed"]
+
+
+@pytest.mark.parametrize(("gbps", "threshold", "status"), [(360.0, 90, "pass"), (359.9, 90, "fail"),
+                                                          (300.0, 75, "pass")])
+def test_threshold_is_a_share_of_line_rate(gbps, threshold, status):
+    tests = [{"id": "x", "server": "a", "client": "b", "rail": 0, "server_device": "mlx5_0",
+              "client_device": "mlx5_0", "line_rate_gbps": 400}]
+    entry = validation.judge_pairs(tests, {"x": {"gbps": gbps, "error": None}}, threshold)["a"][0]
+    assert entry["status"] == status
+    if status == "fail":
+        assert entry["reason"].endswith(f"{gbps:.1f} Gb/s < {threshold}% of 400 Gb/s")
+
+
+def test_missing_result_fails():
+    tests = [{"id": "x", "server": "a", "client": "b", "rail": 0, "server_device": "d", "client_device": "d",
+              "line_rate_gbps": 400}]
+    assert "did not run" in validation.judge_pairs(tests, {}, 90)["b"][0]["reason"]
+
+
+PERFTEST = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF\t\tDevice         : mlx5_0
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ Link type       : Ethernet
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      5000             392.25             391.96 \t\t   0.747601
+---------------------------------------------------------------------------------------
+"""
+
+
+def test_perftest_parse_gbits_and_mbytes():
+    parsed = perftest.parse(PERFTEST)
+    assert parsed["bw_average_gbps"] == 391.96 and parsed["bw_peak_gbps"] == 392.25
+    assert parsed["device"] == "mlx5_0" and parsed["link_type"] == "Ethernet" and parsed["bytes"] == 65536
+    mb = PERFTEST.replace("Gb/sec", "MB/sec").replace("391.96", "46725.00")
+    assert perftest.parse(mb)["bw_average_gbps"] == pytest.approx(391.96, abs=0.05)
+    with pytest.raises(ParseError):
+        perftest.parse(" Couldn't connect to 10.0.0.1:18515\n")
+    assert perftest.failure_reason("", " Couldn't connect to 10.0.0.1:18515\nUnable to open file", 1) == (
+        "Couldn't connect to 10.0.0.1:18515; Unable to open file")
+    assert perftest.client_argv("ib_write_bw", "mlx5_3", 18516, "10.0.0.2") == [
+        "ib_write_bw", "-d", "mlx5_3", "-p", "18516", "--report_gbits", "-F", "10.0.0.2"]
