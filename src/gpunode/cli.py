@@ -39,6 +39,12 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     reboot = cmds.add_parser("reboot", help="reboot a host: volatile hardware state is reset")
     reboot.add_argument("host", metavar="NAME")
 
+    flt = cmds.add_parser("fault", help="set or clear a fault flag: gpunode sim fault dgx01 link_down 0000:18:00.0")
+    flt.add_argument("host")
+    flt.add_argument("kind", choices=["mlxconfig_reject", "not_sticky", "link_down"])
+    flt.add_argument("address", help="the NIC function's PCI address")
+    flt.add_argument("params", nargs="*", help="not_sticky: the NV config parameters that do not stick")
+    flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
 
@@ -121,6 +127,8 @@ def _run_sim(args: argparse.Namespace) -> int:
         fleet.down(args.hosts, missing_ok=args.missing_ok)
     elif cmd == "reboot":
         fleet.reboot(args.host)
+    elif cmd == "fault":
+        fleet.fault(args.host, args.kind, args.address, params=args.params, clear=args.clear)
     elif cmd == "inventory":
         fleet.inventory(args.output)
     elif cmd == "repo" and args.repo_cmd == "build":

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("GPUNODE_SHARED_DIR") or REPO.parent / "shared")  # env: worktrees beside it
 COLLECTIONS = REPO / ".cache" / "collections"
 _LINK = COLLECTIONS / "ansible_collections" / "mlplatform" / "gpunode"
 

@@ -1,7 +1,8 @@
 """The simulated fleet: podman systemd containers, each with a materialized hardware profile.
 
-Every host has a state directory ``<state_dir>/hosts/<name>/`` holding its profile and its sysfs
-tree (``sys/``). The directory is mounted at :data:`HOST_STATE_DIR` inside the host, so the
+Every host has a state directory ``<state_dir>/hosts/<name>/`` holding its profile, its
+non-volatile hardware state (``hw.json``), its sysfs tree (``sys/``) and volatile state (``run/``);
+see README.md §1. The directory is mounted at :data:`HOST_STATE_DIR` inside the host, so the
 sysfs root that discovery reads there is ``/var/lib/gpunode-sim/sys`` (``gpunode_sysfs_root``).
 """
 
@@ -15,9 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from gpunode.sim import image, podman, repo
+from gpunode.sim import hwstate, image, podman, repo
 from gpunode.sim.profile import load_profile
-from gpunode.sim.sysfs import materialize
 
 HOST_STATE_DIR = "/var/lib/gpunode-sim"
 HOST_SYSFS_ROOT = f"{HOST_STATE_DIR}/sys"
@@ -71,12 +71,11 @@ def host_dir(state_dir: Path, host: str) -> Path:
 
 
 def prepare_state(state_dir: Path, spec: HostSpec) -> Path:
-    """Write the host's profile and materialize its sysfs tree; return the host's state dir."""
+    """Write the host's fresh state (profile.yaml/json, devices.json, hw.json at the catalogue
+    defaults and the profile's faults, sys/); return the host's state dir."""
     profile = load_profile(spec.profile)
     hdir = host_dir(state_dir, spec.name)
-    hdir.mkdir(parents=True, exist_ok=True)
-    (hdir / "profile.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    materialize(profile, hdir / "sys")
+    hwstate.write_state(hdir, profile)
     return hdir
 
 
@@ -166,17 +165,29 @@ def down(names: list[str] | None = None, *, missing_ok: bool = False, log=print)
 def reboot(name: str, *, log=print) -> None:
     """Reboot one host the way real hardware reboots.
 
-    The container stops, the volatile hardware state (everything in sysfs that a real reboot
-    resets, e.g. VF counts) is rebuilt from the profile, and systemd boots again.
+    The container stops; in hw.json every NV config ``next_boot`` value becomes ``current``
+    (except values a ``not_sticky`` fault pins); ``run/`` (ROCE_ACCL, QoS, fabric state, …) is
+    deleted; sysfs is rebuilt from the profile and hw.json (VFs gone, no module loaded); systemd
+    boots again and the units the roles installed restore volatile state.
     """
     (host,) = _known([name])
     podman.run("stop", "--time", "10", host["container"])
-    hdir = Path(host["state_dir"])
-    profile = yaml.safe_load((hdir / "profile.yaml").read_text())
-    materialize(profile, hdir / "sys")
+    hwstate.reboot_state(Path(host["state_dir"]))
     podman.run("start", host["container"])
     state = podman.wait_booted(host["container"])
     log(f"{name}: rebooted (systemd {state})")
+
+
+def fault(name: str, kind: str, address: str, *, params: list[str] | None = None, clear: bool = False,
+          log=print) -> dict:
+    """Set or clear a fault flag of a running simulated host (README.md §5); return the faults."""
+    (host,) = _known([name])
+    try:
+        faults = hwstate.set_fault(Path(host["state_dir"]), kind, address, params=params, clear=clear)
+    except hwstate.HwStateError as exc:
+        raise FleetError(f"{name}: {exc}") from exc
+    log(f"{name}: {'cleared' if clear else 'set'} {kind} {address}" + (f" {' '.join(params)}" if params else ""))
+    return faults
 
 
 def inventory(path: Path, *, log=print) -> dict:

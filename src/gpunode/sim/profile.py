@@ -286,6 +286,14 @@ class _Validator:
         bonds = _list(data.get("bonds") or [], "bonds", self.source)
         out["bonds"] = [self.bond(b, f"bonds[{i}]") for i, b in enumerate(bonds)]
         out["faults"] = copy.deepcopy(_mapping(data.get("faults") or {}, "faults", self.source))
+        if out["faults"]:
+            from gpunode.sim.hwstate import HwStateError, check_faults  # noqa: PLC0415 - hwstate imports this module
+
+            nics = {r["address"] for r in iter_devices(out, self.catalog) if r["kind"] == "nic"}
+            try:
+                check_faults(out["faults"], nics, "faults")
+            except HwStateError as exc:
+                raise self.fail("faults", str(exc).removeprefix("faults").lstrip(".: ")) from None
         return out
 
     def dmi(self, data: Any) -> dict[str, str]:

@@ -24,7 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpunode.sim.profile import BOND_MODES, iter_devices
+from gpunode.sim.profile import BOND_MODES, DEFAULT_MTU, NIC_CLASS, iter_devices
+from gpunode.sim.tools import nvconfig
 
 MARKER = ".gpunode-sim"
 
@@ -284,13 +285,60 @@ class _Tree:
             _put(nodes / key, span)
 
 
-def materialize(profile: dict[str, Any], root: Path, *, host_index: int = 0) -> None:
+def _renamed(netdev: str, layer: str, function: int) -> str:
+    """The predictable netdev name of a port whose link layer changed (``ibp24s0`` <-> ``enp24s0np0``)."""
+    if layer == "InfiniBand" and netdev.startswith("en"):
+        base = netdev[2:]
+        cut = base.rfind("np")
+        return "ib" + (base[:cut] if cut > 0 else base)
+    if layer == "Ethernet" and netdev.startswith("ib"):
+        return f"en{netdev[2:]}np{function}"
+    return netdev
+
+
+def apply_hw(records: list[dict[str, Any]], hw: dict[str, Any],
+             bond_slaves: set[str] = frozenset()) -> list[dict[str, Any]]:
+    """NIC records as the hardware state makes them come up (README.md §1, hw.json).
+
+    - ``sriov_totalvfs`` is the card's current NUM_OF_VFS (0 when SRIOV_EN is off);
+    - the link layer (and with it the PCI class, netdev name and default MTU) follows the current
+      LINK_TYPE_P<function+1>; bond slaves keep their names;
+    - a ``link_down`` fault brings the port up DOWN/Disabled.
+    """
+    link_down = set(hw.get("faults", {}).get("link_down", []))
+    out = []
+    for rec in records:
+        card = hw.get("cards", {}).get(rec.get("slot")) if rec["kind"] == "nic" else None
+        if card is None:
+            out.append(rec)
+            continue
+        rec = dict(rec)
+        current = card["current"]
+        if "NUM_OF_VFS" in current:
+            rec["sriov_totalvfs"] = current["NUM_OF_VFS"] if current.get("SRIOV_EN", 1) else 0
+        layer = nvconfig.link_layer_of(card, rec["function"] + 1, rec["link_layer"])
+        if layer != rec["link_layer"]:
+            if rec["mtu"] == DEFAULT_MTU[rec["link_layer"]]:
+                rec["mtu"] = DEFAULT_MTU[layer]
+            if rec["netdev"] and rec["netdev"] not in bond_slaves:
+                rec["netdev"] = _renamed(rec["netdev"], layer, rec["function"])
+            rec["link_layer"] = layer
+            rec["class"] = NIC_CLASS[layer]
+        if rec["address"] in link_down:
+            rec["link"] = "down"
+        out.append(rec)
+    return out
+
+
+def materialize(profile: dict[str, Any], root: Path, *, host_index: int = 0,
+                hw: dict[str, Any] | None = None) -> None:
     """Write the sysfs tree of a normalized profile (see :func:`gpunode.sim.profile.load_profile`) under ``root``.
 
     ``root`` plays ``/sys``. An existing root is cleared first, but only if it carries the
     ``.gpunode-sim`` marker written here (an empty directory is fine too); anything else raises
     :class:`SysfsError`. ``host_index`` makes MACs and GUIDs distinct between simulated hosts of
     one fleet. Volatile state (VFs, QoS, ECN) starts at its boot defaults, as after a reboot.
+    ``hw`` (the host's hw.json) applies the current NV config and fault flags (:func:`apply_hw`).
     """
     root = Path(root)
     _prepare_root(root)
@@ -299,6 +347,8 @@ def materialize(profile: dict[str, Any], root: Path, *, host_index: int = 0) -> 
     for hb in profile["pcie"]:
         (tree.devices / f"pci{hb['host_bridge']}").mkdir(parents=True)
     records = list(iter_devices(profile, host_index=host_index))
+    if hw is not None:
+        records = apply_hw(records, hw, {s for b in profile["bonds"] for s in b["slaves"]})
     by_address = {r["address"]: r for r in records}
     by_netdev = {r["netdev"]: r for r in records if r["kind"] == "nic" and r["netdev"]}
     lag_slaves = {s for b in profile["bonds"] if b["rdma"] for s in b["slaves"]}

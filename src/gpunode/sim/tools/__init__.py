@@ -1,0 +1,1 @@
+"""Simulated NVIDIA/Mellanox vendor tools backed by per-host state (stdlib only; see ../README.md §2)."""

@@ -1,0 +1,56 @@
+"""Entry point of every simulated tool: ``main(tool, argv) -> exit status``.
+
+A tool is a module of this package with ``run(argv: list[str], tool: str) -> int``. Its module is
+the tool name with ``-`` replaced by ``_`` (``nvidia-smi`` -> ``nvidia_smi``), unless
+:data:`ALIASES` maps it (``mstconfig`` -> ``mlxconfig``). Adding a tool means adding a module.
+Inside a simulated host every tool is a wrapper script (../README.md §2) calling ``main``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+
+from .state import StateError
+
+ALIASES = {
+    "mstconfig": "mlxconfig",
+    "gpunode-sim-fabric": "simctl",
+    "gpunode-sim-ctl": "simctl",
+}
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+NOT_TOOLS = {"main", "state", "nvconfig", "topo"}
+
+
+def module_name(tool: str) -> str | None:
+    name = ALIASES.get(tool, tool.replace("-", "_"))
+    if not _NAME_RE.match(name) or name in NOT_TOOLS:
+        return None
+    return name
+
+
+def main(tool: str, argv: list[str]) -> int:
+    """Run simulated ``tool`` with ``argv``; output goes to sys.stdout / sys.stderr."""
+    name = module_name(tool)
+    module = None
+    if name:
+        try:
+            module = importlib.import_module(f".{name}", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.{name}":
+                raise
+    if module is None or not hasattr(module, "run"):
+        sys.stderr.write(f"{tool}: command not found (not a simulated tool)\n")
+        return 127
+    if tool == "gpunode-sim-fabric":
+        argv = ["fabric", *argv]
+    try:
+        return int(module.run(list(argv), tool))
+    except StateError as exc:
+        sys.stderr.write(f"{tool}: simulator state error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":  # python3 -m gpunode.sim.tools.main TOOL ARGS...
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
