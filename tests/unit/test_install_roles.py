@@ -24,7 +24,7 @@ def _play(tmp_path: Path, role: str, **extra) -> subprocess.CompletedProcess:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         "all:\n  hosts:\n    node1:\n"
-        f"      ansible_connection: local\n      ansible_python_interpreter: /usr/bin/python3\n")
+        "      ansible_connection: local\n      ansible_python_interpreter: /usr/bin/python3\n")
     playbook = tmp_path / "play.yml"
     playbook.write_text(f"- hosts: node1\n  gather_facts: false\n  roles:\n    - mlplatform.gpunode.{role}\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),

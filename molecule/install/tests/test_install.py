@@ -42,9 +42,11 @@ def test_doca_ofed_installed_pinned_and_held(host):
 
 def test_sources_are_deb822_with_signed_by(host):
     doca = host.file("/etc/apt/sources.list.d/doca.sources").content_string
-    assert "URIs: file:///srv/gpunode-repo/doca/2.9.1/debian12/x86_64/\nSuites: /\nSigned-By: /etc/apt/keyrings/doca.asc" in doca
+    assert ("URIs: file:///srv/gpunode-repo/doca/2.9.1/debian12/x86_64/\nSuites: /\n"
+            "Signed-By: /etc/apt/keyrings/doca.asc") in doca
     cuda = host.file("/etc/apt/sources.list.d/cuda.sources").content_string
-    assert "URIs: file:///srv/gpunode-repo/cuda/debian12/x86_64/\nSuites: /\nSigned-By: /etc/apt/keyrings/cuda.asc" in cuda
+    assert ("URIs: file:///srv/gpunode-repo/cuda/debian12/x86_64/\nSuites: /\n"
+            "Signed-By: /etc/apt/keyrings/cuda.asc") in cuda
     assert host.file("/etc/apt/keyrings/cuda.asc").content_string.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
 
 
@@ -69,7 +71,8 @@ def test_fabric_manager_only_on_nvswitch_hosts(host, nvswitch_host):
         assert host.service("nvidia-fabricmanager").is_running
     else:
         assert not fm.is_installed
-        assert "nvidia-fabricmanager" not in host.file("/etc/apt/preferences.d/gpunode-nvidia-driver.pref").content_string
+        pref = host.file("/etc/apt/preferences.d/gpunode-nvidia-driver.pref").content_string
+        assert "nvidia-fabricmanager" not in pref
 
 
 def test_units_enabled_and_active(host):
