@@ -27,13 +27,18 @@ export GPUNODE_SIM_DIR ?= $(ROOT)/.sim
 export PY_COLORS ?= 0
 
 APT_PACKAGES := podman runc debootstrap tar
-DEMO_HOSTS := dgx01=dgx-h100 hgx01=hgx-h100
+DEMO_HOSTS ?= dgx01=dgx-h100 hgx01=hgx-h100
+DEMO_NAMES = $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
+DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
 SCENARIOS += install
 
-.PHONY: help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
+# The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
+HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
+
+.PHONY: e2e help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -80,19 +85,26 @@ unit: deps ## pytest unit and conformance tests
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
 
-test: lint unit molecule ## everything CI runs
+e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
+	GPUNODE_HOOK_E2E_PLAYBOOK=$(HOOK_E2E_PLAYBOOK) pytest -q -m e2e tests/e2e
 
-demo: image ## start a DGX + HGX simulated fleet and discover it
+test: lint unit molecule e2e ## everything CI runs
+
+demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)
-	gpunode sim inventory -o inventories/sim/hosts.yml
-	ansible-playbook -i inventories/sim/hosts.yml playbooks/discover.yml
-	@echo "The fleet keeps running: 'make demo-down' removes it."
+	gpunode sim inventory -o inventories/sim/hosts.yml $(DEMO_NAMES)
+	@rc=0; GPUNODE_REPORT_DIR=$(DEMO_REPORT) ansible-playbook -i inventories/sim/hosts.yml playbooks/site.yml \
+	  -e '{"gpunode_reboot_ok": true}' || rc=$$?; \
+	echo "Fleet report: $(DEMO_REPORT)/report.html (Markdown: $(DEMO_REPORT)/report.md)"; \
+	echo "The fleet keeps running: 'make demo-down' removes it."; exit $$rc
 
 demo-down: deps ## remove the demo fleet
-	gpunode sim down --missing-ok $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
+	gpunode sim down --missing-ok $(DEMO_NAMES)
 
 bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md
+	python bench/bench_hook.py --output BENCHMARKS.md
+	python bench/bench_fleet.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down

@@ -216,6 +216,7 @@ def actions(netdev, rdma_device, changes, file_paths):
     """Pure: the steps that apply ``changes``, in order -> list of ``("run", argv)`` / ``("write", path, text)``.
 
     Trust comes before PFC (as in the real recipe), ECN enables are written only where they change.
+    Writes go to files that must exist (sysfs attributes are never created).
     """
     steps = []
     if "trust" in changes:
@@ -231,10 +232,12 @@ def actions(netdev, rdma_device, changes, file_paths):
                     steps.append(("write", file_paths[field][prio], "1" if prio in after else "0"))
     if "cnp_dscp" in changes:
         steps.append(("write", file_paths["cnp_dscp"], str(changes["cnp_dscp"]["after"])))
-    if "roce_tos" in changes:
-        steps.append(("write", file_paths["traffic_class"], str(changes["roce_tos"]["after"])))
+    # cma_roce_tos before traffic_class: on hosts where tc/1 appears only once a ToS was set (the
+    # simulator's cma_roce_tos creates it), the write then finds the file.
     if "cma_roce_tos" in changes:
         steps.append(("run", ["cma_roce_tos", "-d", rdma_device, "-t", str(changes["cma_roce_tos"]["after"])]))
+    if "roce_tos" in changes:
+        steps.append(("write", file_paths["traffic_class"], str(changes["roce_tos"]["after"])))
     if "mtu" in changes:
         steps.append(("write", file_paths["mtu"], str(changes["mtu"]["after"])))
     return steps

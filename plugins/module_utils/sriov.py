@@ -127,8 +127,8 @@ def write_numvfs(sysfs_root, pci_address, value):
     """Write one value to ``sriov_numvfs``; SriovError says what the kernel answered (EBUSY, EINVAL, EACCES...)."""
     path = os.path.join(pf_dir(sysfs_root, pci_address), "sriov_numvfs")
     try:
-        # No O_CREAT/O_TRUNC: sysfs attributes exist or the write is wrong.
-        fd = os.open(path, os.O_WRONLY)
+        # No O_CREAT: sysfs attributes exist or the write is wrong (O_TRUNC is what a shell redirect does).
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         try:
             os.write(fd, f"{value}\n".encode("ascii"))
         finally:

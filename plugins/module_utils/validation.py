@@ -27,7 +27,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig impor
 
 CHECKS = ("gpu_count", "gpu_product", "driver_version", "fabric_manager", "fabric_state", "nvidia_peermem",
           "persistence", "link", "affinity", "nv_config", "roce_accl", "vfs", "qos")
-QOS_KEYS = ("trust", "pfc", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
+QOS_KEYS = ("trust", "pfc", "pfc_priorities", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
 _FAMILY_RE = re.compile(r"^(?:[A-Z]{1,2}\d{2,4}[A-Z]?|\d+GB)$")
 
 
@@ -146,6 +146,22 @@ def _declared_rail_checks(rail, label, where, observed, expect, nic):
     out = []
     pci = rail["pci_address"]
     nv_want = expect.get("nv_config") or {}
+    if expect.get("nv_config_settled"):
+        config = (observed.get("nv_config") or {}).get(pci) or {}
+        if config.get("error"):
+            out.append(_entry("nv_config", "fail", "current == next boot", None,
+                              f"{label}: mlxconfig: {config['error']}", **where))
+        else:
+            # nic_firmware verified next boot == desired when it applied; after the reboot every
+            # parameter must run (current) as it was set (next boot), or it did not stick.
+            pending = {p: row for p, row in sorted((config.get("params") or {}).items())
+                       if row.get("next_boot") is not None and row.get("current") is not None
+                       and not values_equal(p, row["next_boot"], row["current"])}
+            out.append(_entry("nv_config", "fail" if pending else "pass", "current == next boot",
+                              {p: row for p, row in pending.items()},
+                              f"{label}: NV config did not take effect: " + "; ".join(
+                                  f"{p} current {r['current']}, next boot {r['next_boot']}" for p, r in pending.items())
+                              if pending else "", **where))
     if nv_want:
         config = (observed.get("nv_config") or {}).get(pci) or {}
         if config.get("error"):
@@ -194,7 +210,8 @@ def _declared_rail_checks(rail, label, where, observed, expect, nic):
 def check_node(hw, observed, expect):
     """Every per-node check (see the module docstring) -> list of check dicts, host checks first,
     then per rail in rail order. ``expect`` keys: ``gpu_product``, ``driver_version``,
-    ``link_speed_gbps``, ``link_layer``, ``nv_config`` ({PARAM: value}), ``roce_accl`` ({field: int}),
+    ``link_speed_gbps``, ``link_layer``, ``nv_config`` ({PARAM: value}), ``nv_config_settled`` (every
+    parameter's current value equals its next-boot value), ``roce_accl`` ({field: int}),
     ``num_vfs``, ``qos`` ({trust, pfc, ecn_np, ecn_rp, cnp_dscp, roce_tos, mtu}); a key left None
     is not checked. NV config values compare in any spelling (``ETH`` = ``ETH(2)`` = ``2``)."""
     out = _gpu_checks(hw, observed, expect)

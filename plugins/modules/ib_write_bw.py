@@ -102,8 +102,8 @@ started:
   returned: always
   type: dict
   sample: {"dgx01:0-hgx01:0": 4242}
-results:
-  description: Test id -> result of the client run.
+tests:
+  description: Test id -> result of the client run (C(results) is reserved by Ansible).
   returned: always
   type: dict
   contains:
@@ -186,17 +186,17 @@ def main():
     if len(set(ports)) != len(ports):
         module.fail_json(msg=f"ib_write_bw: two servers on one port: {sorted(ports)}")
     if module.check_mode or not (params["servers"] or params["clients"]):
-        module.exit_json(changed=False, started={}, results={})
+        module.exit_json(changed=False, started={}, tests={})
     binary = module.get_bin_path("ib_write_bw")
     if not binary:
         # Reported per test, so the validation gate can say why each pair failed.
         missing = "perftest is not installed on this host (no ib_write_bw on PATH)"
-        module.exit_json(changed=False, started={}, results={
+        module.exit_json(changed=False, started={}, tests={
             c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})
     started = _start_servers(module, binary, params["servers"], params["extra_args"], params["timeout"])
-    results = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
+    tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
                                     params["connect_retries"]) for c in params["clients"]}
-    module.exit_json(changed=False, started=started, results=results)
+    module.exit_json(changed=False, started=started, tests=tests)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ options:
   skip_unsupported:
     description:
       - When a device refuses mlxconfig (locked or unsupported function; the tool exits non-zero with C(-E-)), skip
-        it and report the reason in RV(skipped) instead of failing. Nothing is written to it.
+        it and report the reason in RV(skipped_devices) instead of failing. Nothing is written to it.
       - When false such a device fails the module, naming it, before anything is written to any device.
     type: bool
     default: false
@@ -103,8 +103,11 @@ reboot_required:
   description: True when a next-boot value differs from the current one on any device after this call.
   returned: always
   type: bool
-skipped:
-  description: Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
+skipped_devices:
+  description:
+    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
+      so the key is C(skipped_devices).)
+    - Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict
   sample: {"0000:29:00.0": "Failed to open the device"}
@@ -193,7 +196,7 @@ def main():
         module.fail_json(msg="mlxconfig refused "
                          + "; ".join(f"{device}: {reason}" for device, reason in sorted(rejected.items()))
                          + " (set skip_unsupported to skip such devices); nothing was written",
-                         skipped={}, rejected=rejected)
+                         skipped_devices={}, rejected=rejected)
     skipped = {device: f"device refuses mlxconfig: {reason}" for device, reason in rejected.items()}
     for device, reason in sorted(skipped.items()):
         module.warn(f"{device}: skipped, {reason}")
@@ -202,7 +205,7 @@ def main():
         planned = plan(wanted, blocks)
     except NvConfigError as exc:
         module.fail_json(msg="mlxconfig: invalid settings, nothing was written: " + "; ".join(exc.errors),
-                         errors=exc.errors, skipped=skipped)
+                         errors=exc.errors, skipped_devices=skipped)
 
     changed = bool(planned["writes"])
     before, after = diff_texts(planned)
@@ -217,7 +220,8 @@ def main():
     if module.check_mode or not changed:
         pending = _predicted_pending(planned, blocks)
         module.exit_json(changed=changed, diff=diff, changes=planned["changes"], reboot_required=bool(pending),
-                         pending=pending, skipped=skipped, config=config_for(blocks), devices=planned["devices"])
+                         pending=pending, skipped_devices=skipped, config=config_for(blocks),
+                         devices=planned["devices"])
 
     for write in planned["writes"]:
         device = write["device"]
@@ -250,7 +254,7 @@ def main():
                          config=config_for(reread))
     pending = {device: pending_params(block) for device, block in reread.items() if pending_params(block)}
     module.exit_json(changed=True, diff=diff, changes=planned["changes"], reboot_required=bool(pending),
-                     pending=pending, skipped=skipped, config=config_for(reread), devices=planned["devices"])
+                     pending=pending, skipped_devices=skipped, config=config_for(reread), devices=planned["devices"])
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ options:
     required: true
   skip_unsupported:
     description:
-      - Report devices that refuse mlxconfig in RV(skipped) instead of failing.
+      - Report devices that refuse mlxconfig in RV(skipped_devices) instead of failing.
     type: bool
     default: false
 seealso:
@@ -77,8 +77,11 @@ reboot_required:
   description: True when any device has a pending parameter.
   returned: always
   type: bool
-skipped:
-  description: Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
+skipped_devices:
+  description:
+    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
+      so the key is C(skipped_devices).)
+    - Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict
   sample: {"0000:29:00.0": "Failed to open the device"}
@@ -118,7 +121,7 @@ def main():
                      for device, block in blocks.items()},
         pending=pending,
         reboot_required=bool(pending),
-        skipped=rejected,
+        skipped_devices=rejected,
     )
 
 

@@ -59,6 +59,12 @@ options:
       nv_config:
         description: NV config parameters every compute rail must have as B(current) value (names or numbers).
         type: dict
+      nv_config_settled:
+        description:
+          - Every NV config parameter of every compute rail must run as set, its current value equal to its next-boot
+            value (nic_firmware verified next boot == desired when it applied; a value that did not stick after the
+            reboot differs).
+        type: bool
       roce_accl:
         description: ROCE_ACCL fields (int) every compute rail must read back.
         type: dict
@@ -68,7 +74,8 @@ options:
       qos:
         description:
           - RoCE QoS of every Ethernet compute rail.
-          - Keys trust, pfc (8 ints), ecn_np, ecn_rp (lists of priorities), cnp_dscp, roce_tos, mtu.
+          - Keys trust, pfc (8 ints) or pfc_priorities (priorities with PFC on), ecn_np, ecn_rp (lists of
+            priorities), cnp_dscp, roce_tos (traffic class), mtu.
         type: dict
 seealso:
   - module: mlplatform.gpunode.nic_info
@@ -210,6 +217,7 @@ def _qos(module, root, netdev, rdma_device):
         return {"error": str(exc)}
     qos["trust"] = parsed["trust"]
     qos["pfc"] = (parsed["pfc"] or {}).get("enabled")
+    qos["pfc_priorities"] = parsed["pfc_priorities"]
     base = os.path.join(root, "class", "net", netdev)
     for side, key in (("roce_np", "ecn_np"), ("roce_rp", "ecn_rp")):
         qos[key] = [p for p in range(8) if _read(os.path.join(base, "ecn", side, "enable", str(p))) == "1"]
@@ -237,7 +245,7 @@ def observe(module, root, hw, expect):
                         for n in live["nics"]}
     observed["affinity"] = {g["pci_address"]: g.get("rail_nic") for g in live["gpus"]}
     rails = hw.get("rails") or []
-    if expect.get("nv_config"):
+    if expect.get("nv_config") or expect.get("nv_config_settled"):
         binary = module.get_bin_path("mlxconfig")
         observed["nv_config"] = {}
         for rail in rails:
@@ -282,6 +290,7 @@ def main():
         "link_speed_gbps": {"type": "int"},
         "link_layer": {"type": "str", "choices": ["Ethernet", "InfiniBand"]},
         "nv_config": {"type": "dict"},
+        "nv_config_settled": {"type": "bool"},
         "roce_accl": {"type": "dict"},
         "num_vfs": {"type": "int"},
         "qos": {"type": "dict"},
@@ -295,7 +304,7 @@ def main():
         supports_check_mode=True,
     )
     hw = module.params["hw"]
-    expect = {k: v for k, v in (module.params["expect"] or {}).items() if v not in (None, {}, "")}
+    expect = {k: v for k, v in (module.params["expect"] or {}).items() if v not in (None, {}, "", False)}
     for key in ("gpus", "rails", "nics"):
         if not isinstance(hw.get(key), list):
             module.fail_json(msg=f"node_validation: hw.{key} is missing: pass the discovery role's gpunode_hw fact")

@@ -50,7 +50,7 @@ options:
         default: {}
   skip_unsupported:
     description:
-      - A device whose C(mlxreg) call fails (register not supported, locked function) is reported in RV(skipped)
+      - A device whose C(mlxreg) call fails (register not supported, locked function) is reported in RV(skipped_devices)
         instead of failing the module.
     type: bool
     default: false
@@ -84,8 +84,11 @@ changes:
   returned: always
   type: dict
   sample: {"0000:18:00.0": {"adaptive_routing_forced_en": {"before": 0, "after": 1}}}
-skipped:
-  description: Devices whose register could not be read, with the tool's reason (only with O(skip_unsupported)).
+skipped_devices:
+  description:
+    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
+      so the key is C(skipped_devices).)
+    - Devices whose register could not be read, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict
   sample: {"0000:29:00.0": "Register ROCE_ACCL is not supported"}
@@ -137,7 +140,7 @@ def main():
     read, refused = _read(module, binary, [entry["device"] for entry in wanted])
     if refused and not module.params["skip_unsupported"]:
         module.fail_json(msg="mlxreg refused " + "; ".join(f"{d}: {r}" for d, r in sorted(refused.items()))
-                         + "; nothing was written", skipped={})
+                         + "; nothing was written", skipped_devices={})
     try:
         planned = plan_fields([entry for entry in wanted if entry["device"] in read], read)
     except ValueError as exc:
@@ -147,7 +150,7 @@ def main():
     diff = {"before": "".join(f"{d} {f}={c['before']}\n" for d, f, c in rows),
             "after": "".join(f"{d} {f}={c['after']}\n" for d, f, c in rows)}
     if module.check_mode or not changes:
-        module.exit_json(changed=bool(changes), diff=diff, fields=read, changes=changes, skipped=refused)
+        module.exit_json(changed=bool(changes), diff=diff, fields=read, changes=changes, skipped_devices=refused)
     for device, values in sorted(planned["writes"].items()):
         argv = set_argv(binary, device, values)
         rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
@@ -162,7 +165,7 @@ def main():
     if wrong:
         module.fail_json(msg="roce_accl: the change did not take: " + "; ".join(wrong), changes=changes)
     read.update(reread)
-    module.exit_json(changed=True, diff=diff, fields=read, changes=changes, skipped=refused)
+    module.exit_json(changed=True, diff=diff, fields=read, changes=changes, skipped_devices=refused)
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def _read(path):
 
 
 def _write(path, text):
-    fd = os.open(path, os.O_WRONLY)  # sysfs attributes exist or the write is wrong: never create
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # no O_CREAT: sysfs attributes exist or the write is wrong
     try:
         os.write(fd, f"{text}\n".encode("ascii"))
     finally:
@@ -227,9 +227,6 @@ def _precheck(root, entry):
     if (_read(os.path.join(ib_dir, dev, "ports", "1", "link_layer")) or "").strip() == "InfiniBand":
         return (f"netdev {netdev} ({dev}): InfiniBand link layer has no PFC, ECN or DSCP trust; "
                 "RoCE QoS applies to Ethernet ports only")
-    traffic_class = roce_qos.paths(root, netdev, dev)["traffic_class"]
-    if "roce_tos" in entry and not os.path.isfile(traffic_class):
-        return f"netdev {netdev} ({dev}): {traffic_class} is absent (the DOCA-OFED mlx5 driver provides tc/1)"
     return None
 
 
@@ -287,6 +284,10 @@ def main():
             else:
                 try:
                     _write(step[1], step[2])
+                except FileNotFoundError:
+                    runner.fail(f"netdev {netdev}: {step[1]} is absent (tc/1/traffic_class comes with the DOCA-OFED "
+                                "mlx5_ib driver; ECN files with mlx5_core on an Ethernet port)",
+                                interfaces=result["interfaces"])
                 except OSError as exc:
                     runner.fail(f"netdev {netdev}: writing {step[2]} to {step[1]} failed: {exc.strerror}",
                                 interfaces=result["interfaces"])

@@ -1,7 +1,8 @@
 """The ``gpunode`` command line.
 
-``gpunode sim …`` drives the simulated fleet (design.md §5). ``gpunode report`` writes the fleet report.
-Later stages add ``hook``. Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
+``gpunode sim …`` drives the simulated fleet (design.md §5); ``gpunode hook …`` is the
+post-provision hook (serve / run / status / sign); ``gpunode report`` writes the fleet report.
+Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpunode.hook.config import ConfigError, load_config
 from gpunode.report.model import ReportInputError
 from gpunode.sim import fleet, image, repo
 from gpunode.sim.podman import PodmanError
@@ -47,6 +49,7 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+    inv.add_argument("hosts", nargs="*", metavar="NAME", help="only these hosts (default: every running host)")
 
     rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
     rep_cmds = rep.add_subparsers(dest="repo_cmd", required=True)
@@ -61,6 +64,52 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     mat = cmds.add_parser("materialize", help="write a profile's sysfs tree into a directory")
     mat.add_argument("profile", help="profile name or path to a profile YAML")
     mat.add_argument("dest", type=Path)
+
+
+def _hook_parser(sub: argparse._SubParsersAction) -> None:
+    hook = sub.add_parser("hook", help="the post-provision hook (cloud-init phone_home / Cluster API → pipeline)")
+    hook.add_argument("--config", "-c", type=Path, default=None, help="settings YAML (see inventories/example/hook)")
+    hook.add_argument("--state-dir", type=Path, default=None, help="database, results, artifacts, known_hosts")
+    hook.add_argument("--playbook", default=None,
+                      help="playbook to run, relative to --project-dir (default playbooks/site.yml)")
+    hook.add_argument("--inventory", "-i", default=None, help="inventory file, directory or plugin config")
+    hook.add_argument("--project-dir", type=Path, default=None, help="the collection checkout the playbook lives in")
+    hook.add_argument("--secret-file", type=Path, default=None,
+                      help="file holding the site secret (else $GPUNODE_HOOK_SECRET)")
+    cmds = hook.add_subparsers(dest="hook_cmd", required=True)
+    serve = cmds.add_parser("serve", help="run the HTTP service and its worker")
+    serve.add_argument("--listen", default=None, metavar="HOST:PORT", help="default 127.0.0.1:18080")
+    run = cmds.add_parser("run", help="run the pipeline for hosts now, from this shell")
+    run.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME")
+    st = cmds.add_parser("status", help="hosts and runs recorded by the hook")
+    st.add_argument("--host", default=None)
+    st.add_argument("--run", dest="run_id", type=int, default=None)
+    st.add_argument("--json", action="store_true")
+    sign = cmds.add_parser("sign", help="print the phone_home ?sig= of a machine (auth: hmac)")
+    sign.add_argument("--instance-id", required=True)
+
+
+def _run_hook(args: argparse.Namespace) -> int:
+    from gpunode.hook import service
+    from gpunode.hook.requests import phone_home_signature
+
+    overrides = {"state_dir": args.state_dir, "playbook": args.playbook, "inventory": args.inventory,
+                 "project_dir": args.project_dir, "secret_file": args.secret_file}
+    if getattr(args, "listen", None):
+        host, _, port = args.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--listen: {args.listen!r} is not HOST:PORT")
+        overrides.update(listen_host=host, listen_port=int(port))
+    config = load_config(args.config, **overrides)
+    if args.hook_cmd == "status":
+        return service.status(config, host=args.host, run_id=args.run_id, as_json=args.json)
+    config.validate()
+    if args.hook_cmd == "serve":
+        return service.serve(config)
+    if args.hook_cmd == "run":
+        return service.run_hosts(config, args.hosts)
+    print(phone_home_signature(config.secret(), args.instance_id))
+    return 0
 
 
 def _kapi_parser(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     _sim_parser(sub)
+    _hook_parser(sub)
     _kapi_parser(sub)
     _report_parser(sub)
     return parser
@@ -109,8 +159,9 @@ def _run_report(args: argparse.Namespace) -> int:
     from gpunode.report.render import write_report
 
     written = write_report(args.input, args.output or args.input)
-    for name in ("report.html", "report.md"):
-        print(f"{name}: {written[name].resolve()}")
+    for name in ("report.html", "report.md", "report.json"):
+        path, changed = written[name]
+        print(f"{name}: {path.resolve()} ({'written' if changed else 'unchanged'})")
     return 0
 
 
@@ -130,7 +181,7 @@ def _run_sim(args: argparse.Namespace) -> int:
     elif cmd == "fault":
         fleet.fault(args.host, args.kind, args.address, params=args.params, clear=args.clear)
     elif cmd == "inventory":
-        fleet.inventory(args.output)
+        fleet.inventory(args.output, args.hosts)
     elif cmd == "repo" and args.repo_cmd == "build":
         repo.build(args.output, force=args.force)
     elif cmd == "repo":
@@ -153,11 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "sim":
             return _run_sim(args)
+        if args.cmd == "hook":
+            return _run_hook(args)
         if args.cmd == "kapi":
             return _run_kapi(args)
         if args.cmd == "report":
             return _run_report(args)
-    except (ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError, ReportInputError) as exc:
+    except (ConfigError, ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError,
+            ReportInputError) as exc:
         print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -79,9 +79,11 @@ class FakeMft:
         return params
 
     def reboot(self):
+        """Promote next boot to current, except parameters marked ``stuck`` (a value that does not stick)."""
         for card in self.cards.values():
             for param in list(card["params"].values()) + list(card["hidden"].values()):
-                param["current"] = param["next_boot"]
+                if not param.get("stuck"):
+                    param["current"] = param["next_boot"]
         for fields in self.accl.values():
             fields["adaptive_routing_forced_en"] = 0
 
@@ -174,3 +176,66 @@ class FakeMft:
                         self.accl[device][name] = int(value, 16)
                 return 0, "Sending access register...\n", ""
         return 2, "", f"fake: unexpected call {argv}\n"
+
+
+def save(fake, path):
+    """Keep a fake's state in a JSON file (for the command-line wrappers)."""
+    import json
+
+    state = {"cards": fake.cards, "reject": sorted(fake.reject), "accl": fake.accl,
+             "not_taking": {k: sorted(v) for k, v in fake.not_taking.items()}}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(state, handle)
+
+
+def load(path):
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        state = json.load(handle)
+    fake = FakeMft()
+    fake.cards, fake.accl = state["cards"], state["accl"]
+    fake.reject = set(state["reject"])
+    fake.not_taking = {k: set(v) for k, v in state["not_taking"].items()}
+    return fake
+
+
+def cli(tool, argv, path):
+    """Run one tool call against the state file, print like the tool, return its exit status."""
+    import sys
+
+    fake = load(path)
+    rc, out, err = fake.run([tool, *argv])
+    save(fake, path)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return rc
+
+
+def reboot_cli(path):
+    """``python fake_mft.py reboot <state>``: what a power cycle does to the fake cards."""
+    fake = load(path)
+    fake.reboot()
+    save(fake, path)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(reboot_cli(sys.argv[2]) if sys.argv[1:2] == ["reboot"] else 2)
+
+
+def install(fake, bindir, state):
+    """Write ``mlxconfig`` and ``mlxreg`` wrappers into ``bindir`` that use ``state``."""
+    import os
+    import sys
+
+    save(fake, state)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for tool in ("mlxconfig", "mlxreg"):
+        path = os.path.join(bindir, tool)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {here!r})\nimport fake_mft\n"
+                         f"sys.exit(fake_mft.cli({tool!r}, sys.argv[1:], {str(state)!r}))\n")
+        os.chmod(path, 0o755)  # noqa: S103 - an executable test wrapper

@@ -12,7 +12,7 @@ from pathlib import Path
 from gpunode.sim import hwstate
 from gpunode.sim.profile import load_profile
 from gpunode.sim.tools.main import main
-from gpunode.sim.tools.state import ENV_NVIDIA_USERSPACE, ENV_ROOT, HostState
+from gpunode.sim.tools.state import ENV_DPKG_STATUS, ENV_NVIDIA_USERSPACE, ENV_ROOT, HostState
 
 
 @dataclass
@@ -31,13 +31,15 @@ def make_host(path: Path, profile: str = "dgx-h100", faults: dict | None = None)
     return path
 
 
-def run_tool(root: Path, tool: str, *argv: str, stdin: str = "", userspace: Path | None = None) -> Result:
+def run_tool(root: Path, tool: str, *argv: str, stdin: str = "", userspace: Path | None = None,
+             dpkg_status: Path | None = None) -> Result:
     """Run simulated ``tool`` against host state ``root`` the way a wrapper script would."""
     out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in (ENV_ROOT, ENV_NVIDIA_USERSPACE)}
+    saved = {k: os.environ.get(k) for k in (ENV_ROOT, ENV_NVIDIA_USERSPACE, ENV_DPKG_STATUS)}
     saved_stdin = sys.stdin
     os.environ[ENV_ROOT] = str(root)
     os.environ[ENV_NVIDIA_USERSPACE] = str(userspace or root / "no-userspace-file")
+    os.environ[ENV_DPKG_STATUS] = str(dpkg_status or root / "no-dpkg-status")
     sys.stdin = io.StringIO(stdin)
     try:
         with redirect_stdout(out), redirect_stderr(err):

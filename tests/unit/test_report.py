@@ -219,8 +219,10 @@ def test_cli_writes_the_three_files(fleet_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", "--input", str(fleet_dir), "--output", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
-    assert str(out / "report.html") in capsys.readouterr().out
+    assert f"report.html: {out / 'report.html'} (written)" in capsys.readouterr().out
     assert json.loads((out / "report.json").read_text())["summary"]["drift"] == 1
+    assert main(["report", "--input", str(fleet_dir), "--output", str(out)]) == 0
+    assert capsys.readouterr().out.count("(unchanged)") == 3  # a re-run with the same results rewrites nothing
 
 
 def test_bad_inputs_name_the_file(tmp_path, capsys):
@@ -234,4 +236,4 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
 
 def test_empty_directory_gives_an_empty_report(tmp_path):
     written = write_report(tmp_path, tmp_path / "out")
-    assert "0 hosts" in written["report.md"].read_text()
+    assert "0 hosts" in written["report.md"][0].read_text()

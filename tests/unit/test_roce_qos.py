@@ -101,7 +101,7 @@ def test_firmware_dcbx_leaves_pfc_to_the_switch(real_outputs):
     assert "firmware controlled" in skipped["pfc"]
 
 
-def test_actions_follow_the_real_recipe_order(tmp_path):
+def test_actions_follow_the_real_recipe_order_cma_before_traffic_class(tmp_path):
     files = roce_qos.paths("/sys", "eth4", "mlx5_2")
     current = {"trust": "pcp", "pfc": [0] * 8, "ecn_np": list(range(8)), "ecn_rp": [3], "cnp_dscp": 48,
                "roce_tos": None, "cma_roce_tos": 0, "mtu": 1500, "dcbx_mode": "OS controlled"}
@@ -111,8 +111,8 @@ def test_actions_follow_the_real_recipe_order(tmp_path):
         ("run", ["mlnx_qos", "-i", "eth4", "--trust", "dscp"]),
         ("run", ["mlnx_qos", "-i", "eth4", "--pfc", "0,0,0,1,0,0,0,0"]),
         *[("write", f"/sys/class/net/eth4/ecn/roce_np/enable/{p}", "0") for p in (0, 1, 2, 4, 5, 6, 7)],
-        ("write", "/sys/class/infiniband/mlx5_2/tc/1/traffic_class", "106"),
         ("run", ["cma_roce_tos", "-d", "mlx5_2", "-t", "106"]),
+        ("write", "/sys/class/infiniband/mlx5_2/tc/1/traffic_class", "106"),
         ("write", "/sys/class/net/eth4/mtu", "9000"),
     ]
 
@@ -278,3 +278,33 @@ def test_tool_failure_reports_command_and_output(hgx, tools, monkeypatch):
                         lambda self, args, **kw: (1, "", "Netlink error: Operation not supported"))
     result = run({"sysfs_root": str(root), "interfaces": [{"netdev": netdev, "trust": "dscp"}]}, FailJson)
     assert f"mlnx_qos -i {netdev} failed (rc 1): Netlink error" in result["msg"]
+
+
+# -- the module against the simulator's mlnx_qos and cma_roce_tos (what a simulated host runs) -----
+
+
+def test_module_against_the_simulated_tools_then_reboot_state(tmp_path, monkeypatch):
+    simhost = pytest.importorskip("simhost")
+    host = simhost.make_host(tmp_path / "hgx", "hgx-h100")
+    sys_root = host / "sys"
+
+    def sim_run(self, args, **kwargs):
+        res = simhost.run_tool(host, args[0].rsplit("/", 1)[-1], *args[1:])
+        return res.rc, res.out, res.err
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", sim_run)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: f"/usr/sbin/{name}")
+    nics = [p for p in sorted((sys_root / "class" / "net").iterdir()) if (p / "ecn").is_dir()]
+    netdev = nics[0].name
+    dev = next((nics[0] / "device" / "infiniband").iterdir()).name
+    args = {"sysfs_root": str(sys_root), "interfaces": [{"netdev": netdev, "rdma_device": dev, **LOSSLESS}]}
+    first = run(args)
+    assert first["changed"] is True
+    assert first["interfaces"][netdev]["trust"] == {"before": "pcp", "after": "dscp"}
+    assert first["interfaces"][netdev]["cma_roce_tos"] == {"before": 0, "after": 106}
+    assert first["current"][netdev] == {**LOSSLESS, "cma_roce_tos": 106, "dcbx_mode": "OS controlled"}
+    assert "Priority trust state: dscp" in simhost.run_tool(host, "mlnx_qos", "-i", netdev).out
+    second = run(args)
+    assert second["changed"] is False

@@ -41,6 +41,15 @@ def test_driver_library_mismatch(hgx: Path, tmp_path: Path) -> None:
     assert run_tool(hgx, "nvidia-smi", userspace=userspace).rc == 0
 
 
+def test_driver_library_mismatch_from_the_installed_utils_package(hgx: Path, tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Package: nvidia-utils-570-server\nStatus: install ok installed\nVersion: 570.86.15-0ubuntu1\n\n"
+                      "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b2\n")
+    assert run_tool(hgx, "nvidia-smi", dpkg_status=status).rc == 18
+    status.write_text(f"Package: nvidia-utils-550-server\nStatus: install ok installed\nVersion: {DRIVER}-1\n")
+    assert run_tool(hgx, "nvidia-smi", dpkg_status=status).rc == 0
+
+
 def test_table_parses_like_the_real_sample(hgx: Path, real_outputs: Path) -> None:
     real = nvidia_smi.parse_table(verbatim(real_outputs / "nvidia-smi-h100-8gpu-gpud.txt"))
     res = run_tool(hgx, "nvidia-smi")

@@ -76,3 +76,15 @@ def test_profile_faults_are_validated(faults: dict, message: str) -> None:
     data["faults"] = faults
     with pytest.raises(ProfileError, match=message):
         validate_profile(data, "dgx-h100.yaml")
+
+
+def test_main_dispatch(tmp_path: Path) -> None:
+    root = make_host(tmp_path / "h", "hgx-h100")
+    missing = run_tool(root, "no-such-tool")
+    assert missing.rc == 127 and "not a simulated tool" in missing.err
+    assert run_tool(root, "state").rc == 127  # helper modules are not tools
+    assert run_tool(root, "mstconfig", "-d", "1a:00.0", "q").out.startswith("\nDevice #1:")
+    assert run_tool(root, "gpunode-sim-ctl", "module-load", "mlx5_core", "24.10").rc == 0
+    assert run_tool(root, "gpunode-sim-ctl", "module-list").out == "mlx5_core 24.10\n"
+    assert run_tool(root, "gpunode-sim-ctl", "module-unload", "mlx5_core").rc == 0
+    assert run_tool(root, "gpunode-sim-ctl", "module-unload", "mlx5_core").rc == 1

@@ -22,7 +22,7 @@ DGX_RAILS = ["0000:18:00.0", "0000:40:00.0", "0000:4f:00.0", "0000:5e:00.0",
              "0000:9a:00.0", "0000:c0:00.0", "0000:ce:00.0", "0000:dc:00.0"]
 
 
-def _play(tmp_path: Path, tree: Path, *args, **extra) -> subprocess.CompletedProcess:
+def _play(tmp_path: Path, tree: Path, *args, env_extra=None, **extra) -> subprocess.CompletedProcess:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         "all:\n  children:\n    gpu_nodes:\n      hosts:\n        node1:\n"
@@ -42,7 +42,8 @@ def _play(tmp_path: Path, tree: Path, *args, **extra) -> subprocess.CompletedPro
         f"        dest: {dump}\n        mode: '0644'\n      delegate_to: localhost\n      check_mode: false\n"
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1",
+           **(env_extra or {})}
     proc = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(dump_play), "-e", json.dumps(extra_vars), *args],
         capture_output=True, text=True, env=env, check=False, timeout=300,
@@ -114,3 +115,96 @@ def test_profiles_override_per_fabric(tmp_path, dgx_tree):
     proc = _play(tmp_path, dgx_tree, gpunode_fabric="east", roce_qos_profiles={"east": {"tos": 160}})
     assert proc.returncode != 0
     assert "roce_qos_tos 160" in proc.text
+
+
+# -- roce_qos on an HGX tree (RoCE rails), with stand-ins for the DOCA tools -----------------------
+
+FAKE_MLNX_QOS = """#!{python}
+# Stand-in for mlnx_qos: keeps trust/PFC per netdev in a JSON file, prints the real sample's layout.
+import json, re, sys
+state_file, template_file = {state!r}, {template!r}
+try:
+    state = json.load(open(state_file))
+except FileNotFoundError:
+    state = {{}}
+args = sys.argv[1:]
+netdev = args[args.index("-i") + 1]
+entry = state.setdefault(netdev, {{"trust": "pcp", "pfc": [0] * 8}})
+if "--trust" in args:
+    entry["trust"] = args[args.index("--trust") + 1]
+if "--pfc" in args:
+    entry["pfc"] = [int(v) for v in args[args.index("--pfc") + 1].split(",")]
+json.dump(state, open(state_file, "w"))
+text = open(template_file).read().replace("Priority trust state: dscp", "Priority trust state: " + entry["trust"])
+print(re.sub(r"enabled(\\s+\\d)+", "enabled     " + "   ".join(map(str, entry["pfc"])), text), end="")
+"""
+
+FAKE_CMA_ROCE_TOS = """#!{python}
+# Stand-in for cma_roce_tos: prints the ToS of the device (0 until set), like the real tool.
+import json, sys
+state_file = {state!r}
+try:
+    state = json.load(open(state_file))
+except FileNotFoundError:
+    state = {{}}
+args = sys.argv[1:]
+dev = args[args.index("-d") + 1]
+if "-t" in args:
+    state[dev] = int(args[args.index("-t") + 1])
+    json.dump(state, open(state_file, "w"))
+print(state.get(dev, 0))
+"""
+
+
+@pytest.fixture
+def hgx_roce(tmp_path, real_outputs):
+    tree = tmp_path / "sys"
+    materialize(load_profile("hgx-h100"), tree)
+    for dev in (tree / "class" / "infiniband").iterdir():  # what the DOCA-OFED mlx5_ib driver adds
+        (dev / "tc" / "1").mkdir(parents=True)
+        (dev / "tc" / "1" / "traffic_class").write_text("")
+    sample = (real_outputs / "roce-lossless-l3-setup-mlnx_qos-cma_roce_tos-netarbiter.txt").read_text()
+    start = sample.index("DCBX mode:")
+    template = tmp_path / "mlnx_qos.txt"
+    template.write_text(sample[start:sample.index("+ sudo sh", start)])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body, state in (("mlnx_qos", FAKE_MLNX_QOS, "qos.json"), ("cma_roce_tos", FAKE_CMA_ROCE_TOS, "tos.json")):
+        (bindir / name).write_text(body.format(python=sys.executable, state=str(tmp_path / state),
+                                               template=str(template)))
+        (bindir / name).chmod(0o755)
+    return tree, {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_hgx_rails_get_the_lossless_profile_then_nothing_changes(tmp_path, hgx_roce):
+    tree, env = hgx_roce
+    proc = _play(tmp_path, tree, env_extra=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    facts = json.loads((tmp_path / "facts.yml").read_text())
+    rails = facts["sriov_rails"]
+    assert len(rails) == 8
+    for rail in rails:
+        net = tree / "class" / "net" / rail["pf_name"]
+        for point in ("roce_np", "roce_rp"):
+            assert [(net / "ecn" / point / "enable" / str(p)).read_text().strip() for p in range(8)] == list("00010000")
+        assert (net / "mtu").read_text().strip() == "9000"
+        assert (tree / "class/infiniband" / rail["rdma_device"] / "tc/1/traffic_class").read_text().strip() == "106"
+    contract = {(c["rail"], c["setting"]): c["value"] for c in facts["roce_qos_contract"]}
+    assert all(c["scope"] == "rail" for c in facts["roce_qos_contract"])
+    assert {contract[(r, "qos_pfc")] == [0, 0, 0, 1, 0, 0, 0, 0] for r in range(8)} == {True}
+    assert {contract[(r, s)] for r in range(8) for s in ("qos_roce_tos", "qos_cma_roce_tos")} == {106}
+    assert {contract[(r, "mtu")] for r in range(8)} == {9000}
+    assert {contract[(r, "qos_trust")] for r in range(8)} == {"dscp"}
+    again = _play(tmp_path, tree, env_extra=env)
+    assert again.returncode == 0, again.stdout
+    assert "changed=0" in again.text, again.stdout
+
+
+def test_cx7_28_46_1006_congestion_control_caveat_warns(tmp_path, hgx_roce):
+    tree, env = hgx_roce
+    rail0 = sorted((tree / "class" / "infiniband").iterdir())[0]
+    (rail0 / "fw_ver").write_text("28.46.1006\n")
+    proc = _play(tmp_path, tree, "--check", env_extra=env)
+    assert proc.returncode == 0, proc.stdout
+    assert "runs CX-7 firmware 28.46.1006, on which congestion control applies globally" in proc.text
+    assert "priorities [0, 1, 2, 3, 4, 5, 6, 7]) must match the roce_rp ECN enables [3]" in proc.text

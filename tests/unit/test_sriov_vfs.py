@@ -65,38 +65,63 @@ def numvfs(root, pci):
     return (root / "bus/pci/devices" / pci / "sriov_numvfs").read_text()
 
 
-@pytest.fixture
-def kernel(monkeypatch):
-    """Enforce the kernel's sriov_numvfs rules on writes; records every write as (pci, value)."""
-    writes = []
-    real_write = os.write
-    paths = {}
-    real_open = os.open
+class FakeKernel:
+    """Enforce the kernel's sriov_numvfs rules on writes; records every write as (pci, value).
 
-    def fake_open(path, flags, *args):
-        fd = real_open(path, flags, *args)
-        paths[fd] = str(path)
+    A sysfs attribute keeps its value when a write fails and ignores O_TRUNC; the plain files of a
+    materialized tree do not, so the value at open time is kept and restored on a refused write.
+    ``refuse`` forces an errno on every write; ``ignore`` accepts writes without storing them.
+    """
+
+    def __init__(self):
+        self.writes = []
+        self.refuse = None
+        self.ignore = False
+        self.opened = {}
+
+    def open(self, path, flags, *args):
+        path = str(path)
+        before = None
+        if path.endswith("/sriov_numvfs"):
+            with open(path) as handle:
+                before = handle.read()
+        fd = REAL_OPEN(path, flags, *args)
+        self.opened[fd] = (path, before)
         return fd
 
-    def fake_write(fd, data):
-        path = paths.get(fd, "")
-        if path.endswith("/sriov_numvfs"):
-            value = int(data.decode().strip())
-            base = os.path.dirname(path)
-            with open(os.path.join(base, "sriov_numvfs")) as handle:
-                current = int(handle.read())
-            with open(os.path.join(base, "sriov_totalvfs")) as handle:
-                total = int(handle.read())
-            writes.append((os.path.basename(base), value))
-            if value > total:
-                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-            if value and current:
-                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
-        return real_write(fd, data)
+    def write(self, fd, data):
+        path, before = self.opened.get(fd, ("", None))
+        if not path.endswith("/sriov_numvfs"):
+            return REAL_WRITE(fd, data)
+        base = os.path.dirname(path)
+        value = int(data.decode().strip())
+        current = int(before)
+        with open(os.path.join(base, "sriov_totalvfs")) as handle:
+            total = int(handle.read())
+        self.writes.append((os.path.basename(base), value))
+        code = self.refuse
+        if code is None and value > total:
+            code = errno.EINVAL
+        if code is None and value and current:
+            code = errno.EBUSY
+        if code is not None or self.ignore:
+            REAL_WRITE(fd, before.encode())
+            if code is not None:
+                raise OSError(code, os.strerror(code))
+            return len(data)
+        return REAL_WRITE(fd, data)
 
-    monkeypatch.setattr(sriov.os, "open", fake_open)
-    monkeypatch.setattr(sriov.os, "write", fake_write)
-    return writes
+
+REAL_OPEN = os.open
+REAL_WRITE = os.write
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    fake = FakeKernel()
+    monkeypatch.setattr(sriov.os, "open", fake.open)
+    monkeypatch.setattr(sriov.os, "write", fake.write)
+    return fake
 
 
 # -- pure plan -----------------------------------------------------------------------------------
@@ -148,17 +173,17 @@ def test_create_vfs_then_no_op(root, kernel):
     assert result["pfs"] == {RAIL0: {"before": 0, "after": 8, "total": 16},
                              RAIL1: {"before": 0, "after": 8, "total": 16}}
     assert numvfs(root, RAIL0) == "8\n" and numvfs(root, RAIL1) == "8\n"
-    assert kernel == [("0000:18:00.0", 8), ("0000:40:00.0", 8)]
+    assert kernel.writes == [("0000:18:00.0", 8), ("0000:40:00.0", 8)]
     again = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 8}]})
     assert again["changed"] is False
-    assert len(kernel) == 2  # nothing written
+    assert len(kernel.writes) == 2  # nothing written
 
 
 def test_change_goes_through_zero_and_survives_the_kernel_ebusy_rule(root, kernel):
     (root / "bus/pci/devices" / RAIL0 / "sriov_numvfs").write_text("8\n")
     result = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 4}]})
     assert result["pfs"][RAIL0] == {"before": 8, "after": 4, "total": 16}
-    assert kernel == [(RAIL0, 0), (RAIL0, 4)]
+    assert kernel.writes == [(RAIL0, 0), (RAIL0, 4)]
     assert numvfs(root, RAIL0) == "4\n"
 
 
@@ -168,7 +193,7 @@ def test_check_mode_reports_and_writes_nothing(root, kernel):
     assert result["changed"] is True
     assert result["pfs"][RAIL0]["after"] == 8
     assert result["diff"] == {"before": {RAIL0: 0}, "after": {RAIL0: 8}}
-    assert kernel == []
+    assert kernel.writes == []
     assert numvfs(root, RAIL0) == "0\n"
 
 
@@ -177,7 +202,7 @@ def test_more_than_total_refused_before_any_write(root, kernel):
                                                    {"pci_address": RAIL1, "num_vfs": 17}]}, FailJson)
     assert "0000:40:00.0: 17 VFs requested but sriov_totalvfs is 16" in result["msg"]
     assert "NUM_OF_VFS" in result["msg"] and "nic_firmware" in result["msg"]
-    assert kernel == []
+    assert kernel.writes == []
     assert numvfs(root, RAIL0) == "0\n"
 
 
@@ -185,30 +210,26 @@ def test_unknown_pf_refused_before_any_write(root, kernel):
     result = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 8},
                                                    {"pci_address": "0000:77:00.0", "num_vfs": 8}]}, FailJson)
     assert "0000:77:00.0: no such PCI device" in result["msg"]
-    assert kernel == []
+    assert kernel.writes == []
 
 
-def test_ebusy_from_the_kernel_is_reported_with_its_name(root, monkeypatch):
+def test_ebusy_from_the_kernel_is_reported_with_its_name(root, kernel):
     # A VF held by a running pod: the kernel refuses even the write of 0 (real-outputs sample).
-    def busy(fd, data):
-        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
-
     (root / "bus/pci/devices" / RAIL0 / "sriov_numvfs").write_text("8\n")
-    monkeypatch.setattr(sriov.os, "write", busy)
+    kernel.refuse = errno.EBUSY
     result = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 4}]}, FailJson)
     assert "EBUSY" in result["msg"] and RAIL0 in result["msg"]
     assert result["pfs"][RAIL0]["after"] == 8
+    assert numvfs(root, RAIL0) == "8\n"
     # The message is the one the shared parser recognises in captured shell errors too.
     assert rdma_tools.write_error("Device or resource busy")["errno"] == "EBUSY"
 
 
-def test_einval_when_firmware_disagrees_with_totalvfs(root, monkeypatch):
-    def invalid(fd, data):
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-
-    monkeypatch.setattr(sriov.os, "write", invalid)
+def test_einval_when_firmware_disagrees_with_totalvfs(root, kernel):
+    kernel.refuse = errno.EINVAL
     result = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 8}]}, FailJson)
     assert "EINVAL" in result["msg"] and "SR-IOV disabled in firmware" in result["msg"]
+    assert numvfs(root, RAIL0) == "0\n"
 
 
 def test_permission_denied(root, monkeypatch):
@@ -220,8 +241,8 @@ def test_permission_denied(root, monkeypatch):
     assert "EACCES" in result["msg"] and "run as root" in result["msg"]
 
 
-def test_write_that_does_not_stick_fails(root, monkeypatch):
-    monkeypatch.setattr(sriov.os, "write", lambda fd, data: len(data))  # accepted, ignored
+def test_write_that_does_not_stick_fails(root, kernel):
+    kernel.ignore = True  # accepted, not applied
     result = run({"sysfs_root": str(root), "pfs": [{"pci_address": RAIL0, "num_vfs": 8}]}, FailJson)
     assert "wrote 8 to sriov_numvfs but it reads back 0" in result["msg"]
     assert result["pfs"][RAIL0] == {"before": 0, "after": 0, "total": 16}

@@ -108,6 +108,21 @@ def test_setting_that_did_not_stick_shows_current_and_next_boot(hw):
         "rail 0 0000:18:00.0 (ibp24s0): NV config NUM_OF_VFS current 16, desired 8 (next boot 8)")
 
 
+def test_settled_nv_config_names_every_value_that_did_not_stick(hw):
+    node = hw["hgx-h100"]
+    observed = converged(node)
+    pci = node["rails"][4]["pci_address"]
+    observed["nv_config"][pci]["params"]["NUM_OF_VFS"] = {"current": "16", "next_boot": "8"}
+    checks = validation.check_node(node, observed, {"nv_config_settled": True})
+    assert failed(checks) == [("nv_config", 4)]
+    assert next(c["reason"] for c in checks if c["status"] == "fail").endswith(
+        "NV config did not take effect: NUM_OF_VFS current 16, next boot 8")
+    # spellings of one value do not count as pending
+    observed["nv_config"][pci]["params"]["NUM_OF_VFS"] = {"current": "8", "next_boot": "8"}
+    observed["nv_config"][pci]["params"]["LINK_TYPE_P1"] = {"current": "ETH(2)", "next_boot": "ETH(2)"}
+    assert failed(validation.check_node(node, observed, {"nv_config_settled": True})) == []
+
+
 def test_gpu_side_failures(hw):
     node = hw["hgx-h100"]
     observed = converged(node)

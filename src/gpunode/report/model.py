@@ -264,6 +264,15 @@ def validation_summary(name: str, validation: dict | None) -> dict:
     }
 
 
+def _platform_name(platform: dict) -> str:
+    """``NVIDIA`` + ``NVIDIA DGX H100`` reads ``NVIDIA DGX H100``; ``Dell Inc.`` + ``PowerEdge XE9680``
+    reads ``Dell Inc. PowerEdge XE9680`` (as the rail_map filter names hosts)."""
+    vendor, product = platform.get("vendor") or "", platform.get("product") or ""
+    if product.startswith(vendor):
+        return product or "unknown"
+    return f"{vendor} {product}".strip() or "unknown"
+
+
 def build(inputs: dict) -> dict:
     """Everything the templates render: ``fabrics`` (contract tables), ``hosts`` (per host: platform,
     fabric, rail rows, validation), ``kueue`` and the fleet ``summary``."""
@@ -276,7 +285,7 @@ def build(inputs: dict) -> dict:
         host_views.append({
             "name": name,
             "fabric": host.get("fabric") or "default",
-            "platform": " ".join(p for p in (platform.get("vendor"), platform.get("product")) if p) or "unknown",
+            "platform": _platform_name(platform),
             "gpus": len(hw.get("gpus") or []),
             "nvswitches": len(hw.get("nvswitches") or []),
             "rails": rail_rows(hw, host.get("validation")),

@@ -54,18 +54,22 @@ def render(report: dict) -> dict[str, str]:
     return {name: env.get_template(f"{name}.j2").render(**report) for name in ("report.html", "report.md")}
 
 
-def write_report(input_dir: Path, output_dir: Path) -> dict[str, Path]:
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return True
+
+
+def write_report(input_dir: Path, output_dir: Path) -> dict[str, tuple[Path, bool]]:
     """Load ``input_dir``, render, write ``report.html``, ``report.md`` and ``report.json`` (the
-    built model) into ``output_dir``; returns the written paths by name."""
+    built model) into ``output_dir``. A file whose content is unchanged is not rewritten.
+    Returns ``{name: (path, written)}``."""
     report = build(load_inputs(Path(input_dir)))
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for name, text in render(report).items():
-        path = output_dir / name
-        path.write_text(text, encoding="utf-8")
-        written[name] = path
-    path = output_dir / "report.json"
-    path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    written["report.json"] = path
-    return written
+    texts = render(report)
+    texts["report.json"] = json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
+    return {name: (output_dir / name, _write_if_changed(output_dir / name, text)) for name, text in texts.items()}

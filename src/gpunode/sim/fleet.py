@@ -190,9 +190,13 @@ def fault(name: str, kind: str, address: str, *, params: list[str] | None = None
     return faults
 
 
-def inventory(path: Path, *, log=print) -> dict:
-    """Write an Ansible inventory of the running simulated hosts to ``path``; return it."""
-    running = [h for h in hosts() if h["status"] == "running"]
+def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
+    """Write an Ansible inventory of the running simulated hosts (only ``names`` when given) to
+    ``path``; return it. Naming the hosts keeps other scenarios' hosts on the machine out of it."""
+    running = [h for h in hosts() if h["status"] == "running" and (not names or h["name"] in names)]
+    missing = sorted(set(names or []) - {h["name"] for h in running})
+    if missing:
+        raise FleetError(f"not running: {', '.join(missing)} (start them with gpunode sim up)")
     host_vars = {
         h["name"]: {"ansible_host": h["container"], "gpunode_sim_profile": h["profile"]} for h in running
     }
@@ -205,6 +209,9 @@ def inventory(path: Path, *, log=print) -> dict:
                         "ansible_connection": "containers.podman.podman",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "gpunode_sysfs_root": HOST_SYSFS_ROOT,
+                        # A simulated host reboots through the simulator (promotes next-boot NV config).
+                        "gpunode_reboot_strategy": "power_cycle",
+                        "gpunode_power_cycle_command": ["gpunode", "sim", "reboot", "{{ inventory_hostname }}"],
                         **MIRROR_VARS,
                     },
                 }

@@ -1,6 +1,7 @@
 """Entry point of every simulated tool: ``main(tool, argv) -> exit status``.
 
-A tool is a module of this package with ``run(argv: list[str], tool: str) -> int``. Its module is
+A tool is a module of this package with ``run(argv: list[str], tool: str) -> int`` (or
+``main(argv) -> int``, as the Kubernetes tools have). Its module is
 the tool name with ``-`` replaced by ``_`` (``nvidia-smi`` -> ``nvidia_smi``), unless
 :data:`ALIASES` maps it (``mstconfig`` -> ``mlxconfig``). Adding a tool means adding a module.
 Inside a simulated host every tool is a wrapper script (../README.md §2) calling ``main``.
@@ -9,6 +10,7 @@ Inside a simulated host every tool is a wrapper script (../README.md §2) callin
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 
@@ -40,13 +42,20 @@ def main(tool: str, argv: list[str]) -> int:
         except ModuleNotFoundError as exc:
             if exc.name != f"{__package__}.{name}":
                 raise
-    if module is None or not hasattr(module, "run"):
+    entry = getattr(module, "run", None)
+    if entry is None and callable(getattr(module, "main", None)):
+        def entry(args, _tool, _main=module.main):  # tools with their own main(argv) (kubeadm, kubectl, kubelet)
+            return _main(args)
+    if entry is None:
         sys.stderr.write(f"{tool}: command not found (not a simulated tool)\n")
         return 127
     if tool == "gpunode-sim-fabric":
         argv = ["fabric", *argv]
     try:
-        return int(module.run(list(argv), tool))
+        return int(entry(list(argv), tool))
+    except BrokenPipeError:  # `tool | head`: stop quietly, as a real tool killed by SIGPIPE does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except StateError as exc:
         sys.stderr.write(f"{tool}: simulator state error: {exc}\n")
         return 2

@@ -119,6 +119,7 @@ PARAMS: tuple[Param, ...] = (
     Param("CNP_802P_PRIO", "int", 6, high=7, port=True),
     Param("CNP_DSCP", "int", 48, high=63, port=True),
     Param("KEEP_ETH_LINK_UP", "bool", 1, port=True),
+    Param("LLDP_NB_DCBX", "bool", 0, port=True),  # True: DCBX negotiated by firmware (BF-3 sample False(0))
     Param("QOS_TRUST_STATE", "enum", 1, {"TRUST_PORT": 0, "TRUST_PCP": 1, "TRUST_DSCP": 2, "TRUST_PCP_DSCP": 3},
           port=True),  # TRUST_PCP(1) from the BF-3 sample; the other members inferred
     Param("ROCE_CONTROL", "enum", 2, {"ROCE_DISABLE": 0, "ROCE_ENABLE": 2}),  # ROCE_DISABLE inferred

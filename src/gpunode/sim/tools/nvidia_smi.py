@@ -12,6 +12,7 @@ loaded, 18 on a driver/library version mismatch.
 from __future__ import annotations
 
 import hashlib
+import socket
 import sys
 import time
 
@@ -48,7 +49,8 @@ class Gpu:
         self.persistence = persistence
         domain, bus, devfn = rec["address"].split(":")
         self.bus_id = f"0000{domain}:{bus}:{devfn}".upper()
-        seed = hashlib.sha256(f"{state.profile()['name']}/{state.root.name}/{rec['address']}".encode()).hexdigest()
+        # Distinct per host (hostname inside a simulated host, state dir on the controller) and stable.
+        seed = hashlib.sha256(f"{socket.gethostname()}/{state.root}/{rec['address']}".encode()).hexdigest()
         self.serial = "165" + str(int(seed[:12], 16))[:10].rjust(10, "0")
         self.uuid = f"GPU-{seed[:8]}-{seed[8:12]}-{seed[12:16]}-{seed[16:20]}-{seed[20:32]}"
         self.module_id = MODULE_IDS_8[index] if count == 8 else index + 1

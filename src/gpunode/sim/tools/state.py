@@ -32,6 +32,9 @@ ENV_ROOT = "GPUNODE_SIM_STATE"
 # the loaded module's version by nvidia-smi); GPUNODE_SIM_NVIDIA_USERSPACE overrides the path.
 NVIDIA_USERSPACE_VERSION_FILE = "/usr/lib/gpunode-sim/nvidia/version"
 ENV_NVIDIA_USERSPACE = "GPUNODE_SIM_NVIDIA_USERSPACE"
+# Fallback source of the userspace version: dpkg's database ($GPUNODE_SIM_DPKG_STATUS in tests).
+DPKG_STATUS = "/var/lib/dpkg/status"
+ENV_DPKG_STATUS = "GPUNODE_SIM_DPKG_STATUS"
 
 _BDF_RE = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
                      r"\.(?P<fn>[0-7])$")
@@ -240,11 +243,23 @@ class HostState:
         return Path(os.environ.get(ENV_NVIDIA_USERSPACE) or NVIDIA_USERSPACE_VERSION_FILE)
 
     def nvidia_userspace(self) -> str | None:
-        """The installed NVML/userspace version (the file nvidia-utils installs), None when absent."""
+        """The installed NVML/userspace version, None when unknown: the version file the simulated
+        nvidia-utils package installs, else the upstream version of the installed
+        ``nvidia-utils-<branch>[-server]`` package in dpkg's status file (real dpkg in a host)."""
         try:
             return self.nvidia_userspace_file().read_text().strip() or None
         except FileNotFoundError:
+            pass
+        try:
+            text = Path(os.environ.get(ENV_DPKG_STATUS) or DPKG_STATUS).read_text(errors="replace")
+        except FileNotFoundError:
             return None
+        for stanza in text.split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[:1] != " ")
+            if re.match(r"^nvidia-utils-\d+(-server)?$", fields.get("Package", "")) and \
+                    fields.get("Status", "").endswith(" installed"):
+                return fields.get("Version", "").split(":")[-1].rsplit("-", 1)[0] or None
+        return None
 
     def fabric_state(self) -> tuple[str, str]:
         """``(State, Status)`` of ``nvidia-smi -q``'s Fabric section.
@@ -284,6 +299,41 @@ class HostState:
             self.set_fabric_state(fabric_state or current_state, fabric_status or current_status)
         if persistence_mode is not None:
             self.set_persistence(persistence_mode)
+
+    # -- RDMA / netdev view of sysfs (what the tools read, like the real ones read /sys) ------
+
+    def rdma_devices(self) -> list[str]:
+        d = self.sys / "class" / "infiniband"
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+    def rdma_pci(self, rdma: str) -> str | None:
+        """The PCI address behind an RDMA device (``device`` link), None when absent."""
+        link = self.sys / "class" / "infiniband" / rdma / "device"
+        return os.path.basename(os.path.realpath(link)) if link.exists() else None
+
+    def rdma_netdev(self, rdma: str) -> str | None:
+        """The netdev of an RDMA device: the RoCE GID ndev, else the PCI function's netdev."""
+        ndev = self.sys / "class" / "infiniband" / rdma / "ports" / "1" / "gid_attrs" / "ndevs" / "0"
+        if ndev.is_file():
+            return ndev.read_text().strip()
+        net = self.sys / "class" / "infiniband" / rdma / "device" / "net"
+        names = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+        return names[0] if names else None
+
+    def netdev_rdma(self, netdev: str) -> str | None:
+        return next((r for r in self.rdma_devices() if self.rdma_netdev(r) == netdev), None)
+
+    def netdev_attr(self, netdev: str, attr: str) -> str | None:
+        try:
+            return (self.sys / "class" / "net" / netdev / attr).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def rdma_attr(self, rdma: str, attr: str) -> str | None:
+        try:
+            return (self.sys / "class" / "infiniband" / rdma / attr).read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     # -- link state ---------------------------------------------------------------------------
 

@@ -1,0 +1,161 @@
+"""``gpunode hook serve``, ``run`` and ``status``: wiring of settings, store, worker and HTTP app."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+
+import uvicorn
+
+from gpunode.hook.app import Hook, create_app
+from gpunode.hook.config import HookConfig
+from gpunode.hook.maas import MaasClient, MaasError
+from gpunode.hook.store import Store
+from gpunode.hook.worker import Worker
+
+log = logging.getLogger("gpunode.hook")
+
+
+def setup_logging(config: HookConfig) -> None:
+    """Log to stderr and to ``<state_dir>/hook.log`` (the log a secret scan reads)."""
+    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logger = logging.getLogger("gpunode.hook")
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(config.state_dir / "hook.log")):
+            handler.setFormatter(fmt)
+            logger.addHandler(handler)
+
+
+def maas_client(config: HookConfig) -> MaasClient | None:
+    if not (config.maas_check or config.maas_tag):
+        return None
+    return MaasClient(config.maas_url, config.maas_api_key())
+
+
+def tag_writer(config: HookConfig, store: Store, maas: MaasClient | None):
+    """A worker callback that tags the machines that finished ok in MAAS (``maas_tag``)."""
+    if maas is None or not config.maas_tag:
+        return None
+
+    def on_finished(run_id: int, _result: dict, states: dict[str, str]) -> None:
+        ids = [h["instance_id"] for h in (store.host(n) for n, s in states.items() if s == "ok")
+               if h and h.get("instance_id")]
+        if not ids:
+            return
+        try:
+            maas.tag(config.maas_tag, ids)
+            log.info("run %d: tagged %s in MAAS with %s", run_id, ", ".join(ids), config.maas_tag)
+        except MaasError as exc:
+            log.warning("run %d: MAAS tag write-back failed: %s", run_id, exc)
+
+    return on_finished
+
+
+def serve(config: HookConfig) -> int:
+    """Run the HTTP service and the worker until SIGINT/SIGTERM (uvicorn's handlers)."""
+    setup_logging(config)
+    store = Store(config.db_path)
+    maas = maas_client(config)
+    worker = Worker(config, store, on_finished=tag_writer(config, store, maas))
+    hook = Hook(config, store, worker=worker, maas=maas)
+    worker.start()
+    log.info("hook listening on %s:%d (auth %s, playbook %s, inventory %s)", config.listen_host, config.listen_port,
+             config.auth, config.playbook, config.inventory)
+    stopping = []
+    # The service's own handlers: uvicorn captures SIGINT/SIGTERM while it serves and re-raises
+    # them once it has stopped; these handlers take that re-raise so the worker can still cancel
+    # its run and requeue the hosts below. Runs never see them (they are other processes).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    server = uvicorn.Server(uvicorn.Config(create_app(hook), host=config.listen_host, port=config.listen_port,
+                                           access_log=False, log_level="warning", lifespan="off"))
+    try:
+        server.run()
+    finally:
+        log.info("hook stopping: cancelling running jobs (their hosts stay queued)")
+        worker.shutdown()
+        store.close()
+    return 0
+
+
+def run_hosts(config: HookConfig, hosts: list[str], *, out=print) -> int:
+    """``gpunode hook run``: queue the hosts as an operator request and run them here, in the foreground."""
+    setup_logging(config)
+    store = Store(config.db_path)
+    worker = Worker(config, store)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: worker.stop.set())
+    try:
+        for host in hosts:
+            store.record_request(source="operator", host=host, instance_id=None, fqdn=None, host_keys={}, peer=None,
+                                 force=True)
+        while not worker.stop.is_set():
+            pending = [h for h in hosts if store.host(h)["state"] in ("queued", "running")]
+            if not pending:
+                break
+            # An operator run does not wait for the batch window; retries keep their delay.
+            if worker.run_once(now=time.time() + config.batch_window, only=hosts) is None:
+                time.sleep(1.0)
+        report = {h: store.host(h) for h in hosts}
+        for row in report.values():
+            run = store.run(row["last_run_id"]) if row["last_run_id"] else None
+            out(format_host(row, run))
+        return 0 if all(r["state"] == "ok" for r in report.values()) else 1
+    finally:
+        store.close()
+
+
+def format_host(row: dict, run: dict | None) -> str:
+    """One line per host: state, attempts, last run, per-host stats, stage and validation."""
+    o = (row.get("outcome") or {}) if row.get("state") in ("ok", "failed", "queued") else {}
+    validation = (o.get("validation") or {})
+    verdict = validation.get("verdict") if validation.get("present") else "absent" if validation else "-"
+    parts = [f"{row['name']:<20} {row['state']:<8} attempts={row['attempts']}",
+             f"run={row['last_run_id'] or '-'}"]
+    if o:
+        parts.append(f"ok={o.get('ok', 0)} changed={o.get('changed', 0)} failed={o.get('failed', 0)} "
+                     f"unreachable={o.get('unreachable', 0)} stage={o.get('stage') or '-'!s} validation={verdict}")
+        if o.get("message"):
+            parts.append(f"message={o['message']!r}")
+    if run is not None and run.get("result_path"):
+        parts.append(f"result={run['result_path']}")
+    return " ".join(parts)
+
+
+def status(config: HookConfig, *, host: str | None = None, run_id: int | None = None, as_json: bool = False,
+           out=print) -> int:
+    """``gpunode hook status``: hosts (or one host, or one run) from the hook's database."""
+    if not config.db_path.exists():
+        out(f"no hook database at {config.db_path}")
+        return 1
+    store = Store(config.db_path)
+    try:
+        if run_id is not None:
+            run = store.run(run_id)
+            if run is None:
+                out(f"run {run_id}: not found")
+                return 1
+            out(json.dumps(run, indent=2, sort_keys=True) if as_json else
+                f"run {run['id']}: {run['state']} hosts={','.join(run['hosts'])} result={run['result_path'] or '-'}")
+            if not as_json and run["result"]:
+                for name, h in sorted(run["result"]["hosts"].items()):
+                    out(f"  {name:<20} ok={h.get('ok', 0)} changed={h.get('changed', 0)} failed={h.get('failed', 0)} "
+                        f"unreachable={h.get('unreachable', 0)} stage={h.get('stage') or '-'}")
+            return 0
+        rows = [store.host(host)] if host else store.hosts()
+        if host and rows[0] is None:
+            out(f"host {host}: not found")
+            return 1
+        if as_json:
+            out(json.dumps({"hosts": rows, "counts": store.counts()}, indent=2, sort_keys=True))
+        else:
+            for row in rows:
+                out(format_host(row, store.run(row["last_run_id"]) if row["last_run_id"] else None))
+        return 0
+    finally:
+        store.close()

@@ -1,0 +1,170 @@
+"""End to end: real cloud-init in a simulated HGX H100 host phones home to the hook, which runs the pipeline.
+
+The host (``hk-node``, profile hgx-h100) gets Debian's ``cloud-init`` and ``openssh-server`` from
+apt (ssh masked: every simulated host shares the controller's network namespace, so no sshd may
+bind port 22; the package still generates the host keys). A NoCloud seed whose ``phone_home`` url
+points at the hook on loopback makes ``cloud-init single --name phone_home`` post the real form.
+The hook then runs the playbook (``$GPUNODE_HOOK_E2E_PLAYBOOK``, default playbooks/discover.yml;
+playbooks/site.yml once the full pipeline is on main) and the host must end ``ok``.
+
+Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "hk-node"
+PROFILE = "hgx-h100"
+PORT = 18085
+CONTAINER = f"gpunode-sim-{HOST}"
+SECRET = "e2e-hook-secret-5f2c9a7e41d0b3"  # noqa: S105 - a test secret the scan looks for
+INSTANCE_ID = "hk-node-4y3h8a"  # the shape of a MAAS system_id
+PLAYBOOK = os.environ.get("GPUNODE_HOOK_E2E_PLAYBOOK", "playbooks/discover.yml")
+
+INSTALL = r"""
+set -eu
+# No sshd may listen: the host shares the controller's network namespace. The package still
+# generates the host keys phone_home posts.
+ln -sf /dev/null /etc/systemd/system/ssh.service
+ln -sf /dev/null /etc/systemd/system/ssh.socket
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+chmod 0755 /usr/sbin/policy-rc.d
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends cloud-init openssh-server >/tmp/hook-e2e-apt.log 2>&1 \
+  || { tail -n 30 /tmp/hook-e2e-apt.log; exit 1; }
+rm -f /usr/sbin/policy-rc.d
+"""
+
+
+def sh(*argv: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
+    return proc
+
+
+def in_host(script: str, **kw) -> subprocess.CompletedProcess:
+    return sh("podman", "exec", CONTAINER, "bash", "-c", script, **kw)
+
+
+@pytest.fixture(scope="module")
+def sim_host(tmp_path_factory):
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed: run `make e2e`")
+    state = tmp_path_factory.mktemp("sim")
+    sh("gpunode", "sim", "--state-dir", str(state), "up", "--replace", f"{HOST}={PROFILE}")
+    try:
+        yield state
+    finally:
+        sh("gpunode", "sim", "down", "--missing-ok", HOST, check=False)
+
+
+@pytest.fixture(scope="module")
+def hook(sim_host, tmp_path_factory):
+    """The hook service on 127.0.0.1:PORT, running PLAYBOOK against the simulated fleet's inventory."""
+    work = tmp_path_factory.mktemp("hook")
+    sh("gpunode", "sim", "inventory", "-o", str(work / "hosts.yml"))
+    (work / "secret").write_text(SECRET + "\n")
+    (work / "secret").chmod(0o600)
+    settings = {"state_dir": str(work / "state"), "project_dir": str(REPO), "playbook": PLAYBOOK,
+                "inventory": str(work / "hosts.yml"), "secret_file": str(work / "secret"), "listen_port": PORT,
+                "batch_window": 1.0, "retry_delay": 5, "max_attempts": 2, "run_timeout": 1800}
+    (work / "hook.yml").write_text(yaml.safe_dump(settings))
+    log = open(work / "serve.log", "wb")  # noqa: SIM115 - closed in the finally below
+    env = {k: v for k, v in os.environ.items() if k != "GPUNODE_HOOK_SECRET"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpunode.cli", "hook", "-c", str(work / "hook.yml"), "serve"],
+                            stdout=log, stderr=log, env=env)
+    try:
+        for _ in range(150):
+            try:
+                httpx.get(f"http://127.0.0.1:{PORT}/v1/hosts", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        yield work
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=90)
+        log.close()
+
+
+def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
+    in_host(INSTALL, timeout=900)
+    # The NoCloud seed MAAS would render: instance id, hostname, and phone_home at the hook.
+    user_data = {"phone_home": {"url": f"http://127.0.0.1:{PORT}/v1/phone-home/$INSTANCE_ID?token={SECRET}",
+                                "post": "all", "tries": 3}}
+    seed = (f"mkdir -p /var/lib/cloud/seed/nocloud && cd /var/lib/cloud/seed/nocloud && "
+            f"printf 'instance-id: {INSTANCE_ID}\\nlocal-hostname: {HOST}\\n' > meta-data && "
+            f"printf '#cloud-config\\n%s\\n' '{json.dumps(user_data)}' > user-data")
+    in_host(seed)
+    # The host shares the controller's network namespace: cloud-init must not configure networking.
+    # Only the ssh module runs at init, which (re)generates the host keys as on a first boot.
+    in_host("printf 'network: {config: disabled}\\npreserve_hostname: true\\ncloud_init_modules: [ssh]\\n' "
+            "> /etc/cloud/cloud.cfg.d/99-gpunode-sim.cfg")
+    in_host("cloud-init init")  # the network stage: finds the NoCloud seed and processes the user data
+    posted = in_host("cloud-init single --name phone_home --frequency always 2>&1 "
+                     "&& grep -E 'phone_home|phone home' /var/log/cloud-init.log | tail -n 5")
+    assert "Failed to post phone home data" not in posted.stdout, posted.stdout
+    assert "no 'phone_home' configuration found" not in posted.stdout, posted.stdout
+
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    base = f"http://127.0.0.1:{PORT}"
+    recorded = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth)
+    assert recorded.status_code == 200, f"the post was not recorded\n{(hook / 'serve.log').read_text()[-2000:]}"
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        host = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth).json()
+        if host.get("state") in ("ok", "failed"):
+            break
+        time.sleep(2)
+    serve_log = (hook / "serve.log").read_text()
+    assert host["state"] == "ok", f"{json.dumps(host, indent=1)}\n{serve_log[-3000:]}"
+
+    # The request is the real cloud-init form.
+    store_requests = httpx.get(f"{base}/v1/hosts", headers=auth).json()
+    assert store_requests["counts"] == {"ok": 1}
+    assert host["instance_id"] == INSTANCE_ID
+    assert host["requests"] == 1
+    # known_hosts holds exactly the host's own public keys.
+    keys = in_host("cat /etc/ssh/ssh_host_*_key.pub").stdout.splitlines()
+    expected = sorted(" ".join(k.split()[:2]) for k in keys)
+    known = [line.split(" ", 1) for line in (hook / "state" / "known_hosts").read_text().splitlines()]
+    assert all(names.split(",")[0] == HOST for names, _ in known)
+    assert sorted(key for _, key in known) == expected
+    assert any(key.startswith("ssh-ed25519 ") for key in expected)
+
+    # The run: per-host stats, the stage reached, the result file.
+    run = httpx.get(f"{base}/v1/runs/{host['last_run_id']}", headers=auth).json()
+    assert run["state"] == "ok" and run["hosts"] == [HOST]
+    result = json.loads(Path(run["result_path"]).read_text())
+    mine = result["hosts"][HOST]
+    assert mine["ok"] > 0 and mine["failed"] == 0 and mine["unreachable"] == 0 and mine["stage"]
+    # What the playbook did is on the host: discovery found the HGX's 8 GPUs.
+    discovery = json.loads(in_host("cat /var/lib/gpunode/discovery.json").stdout)
+    assert len(discovery["gpus"]) == 8
+    validation = in_host("cat /var/lib/gpunode/validation.json", check=False)
+    if validation.returncode == 0:
+        assert mine["validation"]["present"] is True
+    else:
+        assert mine["validation"] == {"present": False, "verdict": None}
+
+    # No secret in the hook's artifacts, results, database or log.
+    leaks = [str(p) for p in (hook / "state").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == [] and SECRET not in serve_log

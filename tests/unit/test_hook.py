@@ -1,0 +1,476 @@
+"""The post-provision hook: requests, queue, worker runs through ansible-runner, status, secrets.
+
+Runs use a real ansible-runner and ansible-playbook against local-connection hosts (no podman);
+the end-to-end test with real cloud-init on a simulated host is tests/e2e/test_hook_e2e.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from starlette.testclient import TestClient
+
+from gpunode import cli
+from gpunode.hook import requests as hreq
+from gpunode.hook.app import Hook, create_app
+from gpunode.hook.config import HookConfig, load_config
+from gpunode.hook.maas import MaasClient
+from gpunode.hook.service import tag_writer
+from gpunode.hook.store import Store
+from gpunode.hook.worker import Worker, run_environment
+
+SECRET = "site-secret-0123456789abcdef"  # noqa: S105 - a test secret the scans look for
+RUN_TOKEN = "join-token-fedcba9876543210"  # noqa: S105 - a test token the scans look for
+# Real key lines (ssh-keygen output shapes; the bodies are base64 of the key blobs' prefixes).
+ED25519 = "ssh-ed25519 " + base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00 " + b"k" * 32).decode()
+RSA = "ssh-rsa " + base64.b64encode(b"\x00\x00\x00\x07ssh-rsa\x00\x00\x00\x03\x01\x00\x01" + b"r" * 64).decode()
+ECDSA = "ecdsa-sha2-nistp256 " + base64.b64encode(b"\x00\x00\x00\x13ecdsa-sha2-nistp256" + b"e" * 40).decode()
+
+PLAYBOOK = """\
+- name: Stage one
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Use the run's secret without showing it
+      ansible.builtin.set_fact:
+        token_length: "{{ hook_test_token | length }}"
+      no_log: true
+- name: Stage two
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Fail where asked
+      ansible.builtin.fail:
+        msg: "{{ inventory_hostname }} was asked to fail"
+      when: fail_here | default(false)
+    - name: Wait where asked
+      ansible.builtin.wait_for:
+        timeout: "{{ sleep_here | default(0) | int }}"
+      when: sleep_here is defined
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A project dir with a two-stage playbook, a local inventory and the run's secrets file."""
+    monkeypatch.setenv("GPUNODE_HOOK_SECRET", SECRET)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "play.yml").write_text(PLAYBOOK)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"hosts": {
+        "node-a": dict(local), "node-b": dict(local), "node-c": dict(local),
+        "bad-node": dict(local, fail_here=True), "slow-node": dict(local, sleep_here=60),
+    }}}
+    (project / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    secrets = tmp_path / "run-secrets.yml"
+    secrets.write_text(f"hook_test_token: {RUN_TOKEN}\n")
+    secrets.chmod(0o600)
+    (tmp_path / "validation").mkdir()
+    (tmp_path / "validation" / "node-a.json").write_text(json.dumps({"verdict": "passed"}))
+    return tmp_path
+
+
+def make_config(site: Path, **kw) -> HookConfig:
+    values = {
+        "state_dir": site / "state", "project_dir": site / "project", "playbook": "play.yml",
+        "inventory": "hosts.yml", "run_secrets_file": site / "run-secrets.yml", "batch_window": 0.0,
+        "retry_delay": 0.0, "max_attempts": 2, "run_timeout": 120, "idle_timeout": 60,
+        "validation_path": str(site / "validation" / "{{ inventory_hostname }}.json"),
+    }
+    values.update(kw)
+    return HookConfig(**values).validate()
+
+
+def client_for(config: HookConfig, store: Store, **kw) -> TestClient:
+    return TestClient(create_app(Hook(config, store, **kw)))
+
+
+def phone_home_form(host: str, instance_id: str = "i-abc123") -> dict:
+    """The form cloud-init 22.4's phone_home posts with `post: all` (keys it cannot read: N/A)."""
+    return {"pub_key_dsa": "N/A", "pub_key_rsa": RSA, "pub_key_ecdsa": ECDSA, "pub_key_ed25519": ED25519,
+            "instance_id": instance_id, "hostname": host, "fqdn": f"{host}.gpu.example.net"}
+
+
+def drain(worker: Worker, limit: int = 10) -> list[dict]:
+    runs = []
+    for _ in range(limit):
+        run = worker.run_once()
+        if run is None:
+            break
+        runs.append(run)
+    return runs
+
+
+def scan_for_secrets(*roots: Path) -> list[str]:
+    """Every file under the roots that contains the site secret or the run's token."""
+    hits = []
+    for root in roots:
+        for path in [root] if root.is_file() else root.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                hits += [f"{path}: {s}" for s in (SECRET, RUN_TOKEN) if s.encode() in data]
+    return hits
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+def test_phone_home_form_is_recorded_queued_and_seeds_known_hosts(site):
+    config = make_config(site)
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    resp = client.post(f"/v1/phone-home/i-abc123?token={SECRET}", data=phone_home_form("node-a"))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["outcome"] == "queued"
+    host = store.host("node-a")
+    assert (host["state"], host["instance_id"], host["fqdn"]) == ("queued", "i-abc123", "node-a.gpu.example.net")
+    [req] = store.requests("node-a")
+    assert req["source"] == "phone_home"
+    assert set(req["host_keys"]) == {"pub_key_rsa", "pub_key_ecdsa", "pub_key_ed25519"}
+    lines = config.known_hosts.read_text().splitlines()
+    assert sorted(lines) == sorted(f"node-a,node-a.gpu.example.net {k}" for k in (RSA, ECDSA, ED25519))
+    # A redeployment with a new key replaces the host's lines and keeps other hosts'.
+    client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-b", "i-b"))
+    new_key = ED25519[:-8] + "AAAAAAA="
+    form = dict(phone_home_form("node-a", "i-new"), pub_key_rsa="N/A", pub_key_ecdsa="N/A", pub_key_ed25519=new_key)
+    assert client.post(f"/v1/phone-home?token={SECRET}", data=form).json()["outcome"] == "duplicate"  # still queued
+    assert store.host("node-a")["instance_id"] == "i-new"
+    lines = config.known_hosts.read_text().splitlines()
+    assert [line for line in lines if line.startswith("node-a,")] == [f"node-a,node-a.gpu.example.net {new_key}"]
+    assert len([line for line in lines if line.startswith("node-b,")]) == 3
+
+
+@pytest.mark.parametrize(("kwargs", "status", "reason"), [
+    ({"url": "/v1/phone-home", "data": phone_home_form("node-a")}, 401, "missing credential"),
+    ({"url": "/v1/phone-home?token=wrong-secret-000000", "data": phone_home_form("node-a")}, 401, "invalid credential"),
+    ({"url": "/v1/hosts", "json": {"host": "node-a"}, "headers": {"Authorization": "Bearer nope"}}, 401,
+     "invalid credential"),
+    ({"url": f"/v1/phone-home?token={SECRET}", "data": phone_home_form("node_a!")}, 400, "hostname"),
+    ({"url": f"/v1/phone-home?token={SECRET}", "data": dict(phone_home_form("node-a"), pub_key_rsa=ED25519)}, 400,
+     "pub_key_rsa: key type ssh-ed25519"),
+    ({"url": f"/v1/phone-home?token={SECRET}", "data": dict(phone_home_form("node-a"), pub_key_ecdsa="garbage")}, 400,
+     "pub_key_ecdsa: not an OpenSSH public key line"),
+    ({"url": f"/v1/phone-home/i-other?token={SECRET}", "data": phone_home_form("node-a")}, 400, "disagree"),
+    ({"url": f"/v1/phone-home?token={SECRET}", "json": {"hostname": "node-a"}}, 415, "form"),
+    ({"url": "/v1/hosts", "content": b"{not json", "headers": {"Authorization": f"Bearer {SECRET}"}}, 400, "JSON"),
+    ({"url": "/v1/hosts", "json": {"host": "node-a", "extra": 1}, "headers": {"Authorization": f"Bearer {SECRET}"}},
+     400, "unknown fields: extra"),
+    ({"url": "/v1/hosts", "json": {"host": "node-a", "force": "yes"}, "headers": {"Authorization": f"Bearer {SECRET}"}},
+     400, "force"),
+    ({"url": "/v1/hosts", "content": b"x" * 70000, "headers": {"Authorization": f"Bearer {SECRET}"}}, 413, "larger"),
+])
+def test_bad_or_unauthenticated_requests_get_4xx_with_reason_and_queue_nothing(site, kwargs, status, reason):
+    config = make_config(site)
+    store = Store(config.db_path)
+    resp = client_for(config, store).post(**kwargs)
+    assert resp.status_code == status
+    assert reason in resp.json()["error"]
+    assert store.hosts() == []
+    assert store.requests() == []
+    assert not config.known_hosts.exists()
+
+
+def test_gets_need_the_credential_too(site):
+    config = make_config(site)
+    client = client_for(config, Store(config.db_path))
+    assert client.get("/v1/hosts/node-a").status_code == 401
+    assert client.get("/v1/runs/1", headers={"Authorization": f"Bearer {SECRET}"}).status_code == 404
+
+
+def test_hmac_mode_signs_phone_home_instance_id_and_json_bodies(site):
+    config = make_config(site, auth="hmac")
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    secret = SECRET.encode()
+    good = hreq.phone_home_signature(secret, "i-abc123")
+    assert client.post(f"/v1/phone-home?sig={good}", data=phone_home_form("node-a")).status_code == 202
+    bad = client.post(f"/v1/phone-home?sig={good}", data=phone_home_form("node-b", "i-other"))
+    assert (bad.status_code, bad.json()["error"]) == (401, "?sig=: does not match instance_id")
+    body = json.dumps({"host": "node-c", "instance_id": "i-c"}).encode()
+    ts = str(int(time.time()))
+    headers = {"X-Gpunode-Timestamp": ts, "X-Gpunode-Signature": hreq.body_signature(secret, ts, body),
+               "Content-Type": "application/json", "X-Gpunode-Source": "capi"}
+    assert client.post("/v1/hosts", content=body, headers=headers).status_code == 202
+    stale = str(int(time.time()) - 3600)
+    headers.update({"X-Gpunode-Timestamp": stale, "X-Gpunode-Signature": hreq.body_signature(secret, stale, body)})
+    resp = client.post("/v1/hosts", content=body, headers=headers)
+    assert resp.status_code == 401 and "clock" in resp.json()["error"]
+    assert [h["name"] for h in store.hosts()] == ["node-a", "node-c"]
+    assert store.requests("node-c")[0]["source"] == "capi"
+
+
+# -- the worker --------------------------------------------------------------------------------
+
+def test_duplicate_posts_for_one_host_give_one_run(site):
+    config = make_config(site, keep_artifacts=2)
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    for _ in range(3):  # cloud-init retries, or two sources for the same machine
+        assert client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a")).status_code == 202
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    assert client.post("/v1/hosts", json={"host": "node-a", "instance_id": "i-abc123"}, headers=auth).status_code == 202
+    assert [r["outcome"] for r in store.requests("node-a")] == ["queued", "duplicate", "duplicate", "duplicate"]
+    runs = drain(Worker(config, store))
+    assert [(r["hosts"], r["state"]) for r in runs] == [(["node-a"], "ok")]
+    # Posting again for the same deployment does not run it again; a redeployment does.
+    client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
+    assert drain(Worker(config, store)) == []
+    client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "i-redeployed"))
+    [rerun] = drain(Worker(config, store))
+    assert rerun["hosts"] == ["node-a"]
+    # Artifacts rotate: only the newest keep_artifacts directories stay (playbook + validation runs).
+    assert sorted(p.name for p in config.artifacts_dir.iterdir()) == [f"run-{rerun['id']}",
+                                                                      f"run-{rerun['id']}-validation"]
+
+
+def test_hosts_arriving_together_share_one_run_with_per_host_results(site):
+    config = make_config(site)
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    for i, host in enumerate(("node-a", "node-b", "bad-node")):
+        client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form(host, f"i-{i}"))
+    [run, retry] = drain(Worker(config, store))
+    assert (run["hosts"], run["state"]) == (["node-a", "node-b", "bad-node"], "failed")  # arrival order
+    assert retry["hosts"] == ["bad-node"]  # bounded retries: max_attempts=2, then failed
+    result = json.loads(Path(run["result_path"]).read_text())
+    assert result == run["result"]
+    a, bad = result["hosts"]["node-a"], result["hosts"]["bad-node"]
+    assert (a["ok"], a["failed"], a["unreachable"], a["stage"], a["ok_overall"]) == (1, 0, 0, "Stage two", True)
+    assert a["validation"] == {"present": True, "verdict": "passed"}
+    assert result["hosts"]["node-b"]["validation"] == {"present": False, "verdict": None}
+    assert (bad["failed"], bad["stage"], bad["failed_task"]) == (1, "Stage two", "Fail where asked")
+    assert "bad-node was asked to fail" in bad["message"]
+    assert {h["name"]: (h["state"], h["attempts"]) for h in store.hosts()} == {
+        "bad-node": ("failed", 2), "node-a": ("ok", 1), "node-b": ("ok", 1)}
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    got = client.get("/v1/hosts/node-a", headers=auth).json()
+    assert (got["state"], got["last_run_id"], got["outcome"]["stage"]) == ("ok", run["id"], "Stage two")
+    got = client.get(f"/v1/runs/{run['id']}", headers=auth).json()
+    assert got["result"]["hosts"]["bad-node"]["failed"] == 1
+
+
+def test_no_secret_in_artifacts_results_logs_or_database(site, capfd):
+    config = make_config(site)
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
+    client.post("/v1/hosts", json={"host": "node-b"}, headers={"Authorization": f"Bearer {SECRET}"})
+    runs = drain(Worker(config, store))
+    assert runs[0]["state"] == "ok"  # the playbook did read the run's token
+    artifacts = config.artifacts_dir / f"run-{runs[0]['id']}"
+    command = json.loads((artifacts / "command").read_text())
+    assert f"@{site / 'run-secrets.yml'}" in " ".join(command["command"])  # the path, not the value
+    assert "GPUNODE_HOOK_SECRET" not in command["env"]
+    assert len(list((artifacts / "job_events").iterdir())) > 5
+    store.close()
+    assert scan_for_secrets(config.state_dir) == []
+    out, err = capfd.readouterr()
+    assert SECRET not in out + err and RUN_TOKEN not in out + err
+    # private_data_dirs are gone: nothing of the run is left outside the state dir.
+    assert not list(Path("/tmp").glob(f"gpunode-hook-run{runs[0]['id']}-*"))
+
+
+def test_inventory_refresh_gets_credentials_the_run_never_sees_and_fqdn_names(site, monkeypatch):
+    """The MAAS recipe: a refresh command renders the inventory (FQDN names) with MAAS_* credentials."""
+    maas_secret = "maas-token-secret-6b1d0e77aa"  # noqa: S105 - a test credential the scan looks for
+    monkeypatch.setenv("MAAS_TOKEN_SECRET", maas_secret)
+    rendered = site / "rendered.yml"
+    script = ("import os, sys, yaml; assert os.environ['MAAS_TOKEN_SECRET']; "
+              "yaml.safe_dump({'all': {'hosts': {'node-a.gpu.example.net': {'ansible_connection': 'local', "
+              f"'ansible_python_interpreter': sys.executable}}}}}}}}, open({str(rendered)!r}, 'w'))")
+    config = make_config(site, inventory=str(rendered), limit_by="fqdn",
+                         inventory_refresh_command=[sys.executable, "-c", script])
+    store = Store(config.db_path)
+    client_for(config, store).post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
+    [run] = drain(Worker(config, store))
+    assert run["state"] == "ok" and run["result"]["hosts"]["node-a"]["ok"] == 1
+    store.close()
+    assert [p for p in config.state_dir.rglob("*") if p.is_file() and maas_secret.encode() in p.read_bytes()] == []
+
+
+def test_run_environment_drops_the_secret_and_unknown_variables(site):
+    config = make_config(site)
+    env = run_environment(config, {"PATH": "/usr/bin", "GPUNODE_HOOK_SECRET": SECRET, "MAAS_API_KEY": "a:b:c",
+                                   "ANSIBLE_CONFIG": "/x/ansible.cfg", "AWS_SECRET_ACCESS_KEY": "k"})
+    assert set(env) == {"PATH", "ANSIBLE_CONFIG"}
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+def test_a_run_past_its_timeout_is_stopped_and_retried_a_bounded_number_of_times(site):
+    config = make_config(site, run_timeout=5, max_attempts=2)
+    store = Store(config.db_path)
+    store.record_request(source="operator", host="slow-node", instance_id=None, fqdn=None, host_keys={}, peer=None)
+    runs = drain(Worker(config, store))
+    assert [(r["hosts"], r["state"]) for r in runs] == [(["slow-node"], "timeout")] * 2
+    assert store.host("slow-node")["state"] == "failed"
+    slow = runs[0]["result"]["hosts"]["slow-node"]
+    assert (slow["stage"], slow["ok_overall"], runs[0]["result"]["status"]) == ("Stage two", False, "timeout")
+
+
+def test_operator_force_while_running_queues_one_more_run(site):
+    config = make_config(site)
+    store = Store(config.db_path)
+    store.record_request(source="operator", host="node-a", instance_id=None, fqdn=None, host_keys={}, peer=None)
+    run = store.claim_batch(now=time.time(), batch_window=0, max_batch=8)
+    again = store.record_request(source="operator", host="node-a", instance_id=None, fqdn=None, host_keys={},
+                                 peer=None, force=True)
+    assert again["outcome"] == "rerun"
+    store.finish_run(run["id"], state="ok", result={"hosts": {}}, result_path=None, host_ok={"node-a": True},
+                     max_attempts=2, retry_delay=0)
+    assert store.host("node-a")["state"] == "queued"
+
+
+# -- restart -----------------------------------------------------------------------------------
+
+def _serve(site: Path, port: int, log) -> subprocess.Popen:
+    settings = {"state_dir": str(site / "state"), "project_dir": str(site / "project"), "playbook": "play.yml",
+                "inventory": "hosts.yml", "run_secrets_file": str(site / "run-secrets.yml"), "batch_window": 0.5,
+                "retry_delay": 0, "listen_port": port}
+    (site / "hook.yml").write_text(yaml.safe_dump(settings))
+    proc = subprocess.Popen([sys.executable, "-m", "gpunode.cli", "hook", "-c", str(site / "hook.yml"), "serve"],
+                            stdout=log, stderr=log, env=dict(os.environ, PYTHONPATH=str(Path(cli.__file__).parents[1])))
+    for _ in range(100):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/v1/hosts", timeout=1)
+            return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the hook did not start")
+
+
+def test_service_restarted_mid_queue_loses_no_request(site):
+    port = 18081
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    with open(site / "serve.log", "wb") as log:
+        proc = _serve(site, port, log)
+        try:
+            # slow-node's run is in progress when the service stops; the others wait in the queue.
+            httpx.post(f"http://127.0.0.1:{port}/v1/hosts", json={"host": "slow-node"}, headers=auth).raise_for_status()
+            for _ in range(100):
+                if httpx.get(f"http://127.0.0.1:{port}/v1/hosts/slow-node", headers=auth).json()["state"] == "running":
+                    break
+                time.sleep(0.1)
+            for host in ("node-a", "node-b"):
+                resp = httpx.post(f"http://127.0.0.1:{port}/v1/phone-home?token={SECRET}",
+                                  data=phone_home_form(host, f"i-{host}"))
+                assert resp.status_code == 202
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        store = Store(site / "state" / "hook.db")
+        assert {h["name"]: h["state"] for h in store.hosts()} == {
+            "slow-node": "queued", "node-a": "queued", "node-b": "queued"}
+        [cancelled] = store.runs()
+        assert (cancelled["state"], cancelled["hosts"]) == ("cancelled", ["slow-node"])
+        store.close()
+        # Make slow-node quick, restart: every request is still there and runs.
+        inventory = yaml.safe_load((site / "project" / "hosts.yml").read_text())
+        del inventory["all"]["hosts"]["slow-node"]["sleep_here"]
+        (site / "project" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+        proc = _serve(site, port, log)
+        try:
+            for _ in range(300):
+                states = httpx.get(f"http://127.0.0.1:{port}/v1/hosts", headers=auth).json()["counts"]
+                if states == {"ok": 3}:
+                    break
+                time.sleep(0.2)
+            assert states == {"ok": 3}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+    store = Store(site / "state" / "hook.db")
+    assert [r["state"] for r in store.runs()][0] == "cancelled"
+    assert sorted(h for r in store.runs()[1:] for h in r["hosts"]) == ["node-a", "node-b", "slow-node"]
+    assert len(store.requests()) == 3
+    store.close()
+    assert scan_for_secrets(site / "state", site / "serve.log") == []
+
+
+# -- MAAS --------------------------------------------------------------------------------------
+
+class FakeMaas:
+    """A MAAS API 2.0 endpoint with two machines; records the tag calls."""
+
+    def __init__(self):
+        self.machines = {"node-a": {"system_id": "abc123", "status_name": "Deploying", "hostname": "node-a"},
+                         "node-b": {"system_id": "def456", "status_name": "Ready", "hostname": "node-b"}}
+        self.tags: dict[str, list[str]] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        auth = request.headers.get("authorization", "")
+        if 'oauth_consumer_key="ck"' not in auth or 'oauth_signature="&ts"' not in auth:
+            return httpx.Response(401)
+        path = request.url.path
+        if path == "/MAAS/api/2.0/machines/":
+            name = request.url.params.get("hostname")
+            return httpx.Response(200, json=[self.machines[name]] if name in self.machines else [])
+        if path == "/MAAS/api/2.0/tags/" and request.method == "POST":
+            self.tags.setdefault(dict(httpx.QueryParams(request.content.decode()))["name"], [])
+            return httpx.Response(200, json={})
+        if path.startswith("/MAAS/api/2.0/tags/"):
+            tag = path.split("/")[-2]
+            if tag not in self.tags:
+                return httpx.Response(404)
+            if request.method == "POST" and request.url.params.get("op") == "update_nodes":
+                self.tags[tag] += httpx.QueryParams(request.content.decode()).get_list("add")
+            return httpx.Response(200, json={"name": tag})
+        return httpx.Response(404)
+
+
+def test_maas_cross_check_and_tag_write_back(site):
+    (site / "maas.key").write_text("ck:tk:ts\n")
+    config = make_config(site, maas_url="http://maas.example:5240/MAAS", maas_api_key_file=site / "maas.key",
+                         maas_check=True, maas_tag="gpunode-validated")
+    fake = FakeMaas()
+    maas = MaasClient(config.maas_url, config.maas_api_key(), transport=httpx.MockTransport(fake))
+    store = Store(config.db_path)
+    client = client_for(config, store, maas=maas)
+    url = f"/v1/phone-home?token={SECRET}"
+    assert client.post(url, data=phone_home_form("node-a", "abc123")).status_code == 202
+    for form, reason in ((phone_home_form("node-a", "zzz999"), "not instance_id zzz999"),
+                         (phone_home_form("node-b", "def456"), "is Ready"),
+                         (phone_home_form("node-c", "ghi789"), "no machine named node-c")):
+        resp = client.post(url, data=form)
+        assert resp.status_code == 403 and reason in resp.json()["error"]
+    assert [h["name"] for h in store.hosts()] == ["node-a"]
+    drain(Worker(config, store, on_finished=tag_writer(config, store, maas)))
+    assert fake.tags == {"gpunode-validated": ["abc123"]}
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+def test_cli_run_and_status(site, capsys):
+    settings = {"state_dir": str(site / "state"), "project_dir": str(site / "project"), "playbook": "play.yml",
+                "inventory": "hosts.yml", "run_secrets_file": str(site / "run-secrets.yml"), "retry_delay": 0,
+                "max_attempts": 1, "validation_path": str(site / "validation" / "{{ inventory_hostname }}.json")}
+    (site / "hook.yml").write_text(yaml.safe_dump(settings))
+    assert load_config(site / "hook.yml").playbook == "play.yml"
+    # A machine the service has queued is not the operator's: `run --host` runs only its hosts.
+    store = Store(site / "state" / "hook.db")
+    store.record_request(source="phone_home", host="node-c", instance_id="i-c", fqdn=None, host_keys={}, peer=None)
+    store.close()
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "run", "--host", "node-a", "--host", "bad-node"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["node-a", "ok", "attempts=1", "run=1"]
+    assert "stage=Stage two validation=passed" in out[0]
+    assert out[1].split()[:2] == ["bad-node", "failed"] and "failed=1" in out[1]
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--run", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("run 1: failed hosts=node-a,bad-node")
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-a", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hosts"][0]["state"] == "ok"
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "nope"]) == 1
+    assert capsys.readouterr().out == "host nope: not found\n"
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-c"]) == 0
+    assert capsys.readouterr().out.split()[:2] == ["node-c", "queued"]

@@ -1,0 +1,176 @@
+"""The nic_firmware role with ansible-playbook on this machine: discovery on a materialized DGX tree,
+then the role against fake mlxconfig/mlxreg commands on PATH (the boot unit is tested on its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fake_mft
+import pytest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+
+from gpunode.sim.profile import load_profile
+from gpunode.sim.sysfs import materialize
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+SCRIPT = REPO / "roles" / "nic_firmware" / "files" / "gpunode-roce-accl"
+
+
+@pytest.fixture(scope="module")
+def dgx_tree(tmp_path_factory):
+    tree = tmp_path_factory.mktemp("dgx") / "sys"
+    materialize(load_profile("dgx-h100"), tree)
+    return tree
+
+
+@pytest.fixture
+def fleet(tmp_path, dgx_tree):
+    """A fake MFT holding every NIC card of the DGX tree, wrappers on PATH, and a play runner."""
+    nics = classify(read_sysfs(str(dgx_tree)))["nics"]
+    fake = fake_mft.FakeMft()
+    for nic in nics:
+        if nic["card"] not in fake.cards:
+            fake.add_card(nic["card"], ports=nic["ports"])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    state = tmp_path / "mft.json"
+    fake_mft.install(fake, bindir, state)
+
+    def play(check=False, **extra):
+        playbook = tmp_path / "play.yml"
+        playbook.write_text(
+            "- name: Firmware\n  hosts: node1\n  gather_facts: false\n  roles:\n"
+            "    - role: mlplatform.gpunode.discovery\n    - role: mlplatform.gpunode.nic_firmware\n")
+        (tmp_path / "hosts.yml").write_text(
+            f"all:\n  hosts:\n    node1:\n      ansible_connection: local\n"
+            f"      ansible_python_interpreter: {sys.executable}\n")
+        extra_vars = {"discovery_sysfs_root": str(dgx_tree), "discovery_results_dir": str(tmp_path / "results"),
+                      "nic_firmware_results_dir": str(tmp_path / "results"), "nic_firmware_boot_unit_enabled": False,
+                      "discovery_print_summary": False, **extra}
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
+               "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
+        argv = [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(playbook), "-e", json.dumps(extra_vars)]
+        proc = subprocess.run(argv + (["--check", "--diff"] if check else []), capture_output=True, text=True,
+                              env=env, check=False, timeout=300)
+        result = tmp_path / "results" / "nic_firmware.json"
+        return proc, (json.loads(result.read_text()) if result.exists() and not check else None)
+
+    rails = [n for n in nics if n["role"] == "compute"]
+    return {"fake": lambda: fake_mft.load(state), "save": lambda f: fake_mft.save(f, state), "play": play,
+            "rails": rails, "nics": nics}
+
+
+def recap(proc):
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("node1") and "ok=" in ln)
+    return dict(part.split("=") for part in line.split(":", 1)[1].split())
+
+
+def test_compute_rails_get_the_role_settings_and_nothing_else_changes(fleet):
+    proc, result = fleet["play"]()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fake = fleet["fake"]()
+    for rail in fleet["rails"]:
+        params = fake.cards[rail["card"]]["params"]
+        assert params["NUM_OF_VFS"]["next_boot"] == 8
+        assert params["LINK_TYPE_P1"]["next_boot"] == 2
+        assert params["ROCE_CC_PRIO_MASK_P1"]["next_boot"] == 8
+        assert params["CNP_DSCP_P1"]["next_boot"] == 48
+        assert params["NUM_OF_VFS"]["current"] == 16
+        assert fake.accl[rail["pci_address"]]["adaptive_routing_forced_en"] == 0
+    others = {n["card"] for n in fleet["nics"]} - {r["card"] for r in fleet["rails"]}
+    assert others
+    for card in others:
+        assert fake.cards[card]["params"]["NUM_OF_VFS"]["next_boot"] == 16
+    assert result["reboot_required"] is True
+    assert sorted(result["changes"]) == sorted(r["pci_address"] for r in fleet["rails"])
+    settings = {e["setting"] for e in result["contract"]}
+    assert {"nv_config.NUM_OF_VFS", "nv_config.LINK_TYPE_P1", "roce_accl.adaptive_routing_forced_en",
+            "rail_count"} <= settings
+    assert {"host": next(e["value"] for e in result["contract"] if e["setting"] == "rail_count")} == {"host": 8}
+
+
+def test_after_reboot_second_run_changes_nothing(fleet):
+    fleet["play"]()
+    fake = fleet["fake"]()
+    fake.reboot()
+    fleet["save"](fake)
+    proc, result = fleet["play"]()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "changed: [node1]" not in proc.stdout.split("Configure | Set the NV config")[1].split("TASK")[0]
+    assert result["reboot_required"] is False
+    proc, _ = fleet["play"]()
+    assert recap(proc)["changed"] == "0", proc.stdout
+    assert {e["value"] for e in result["contract"] if e["setting"] == "nv_config.NUM_OF_VFS"} == {8}
+
+
+def test_check_mode_shows_pending_changes_and_writes_nothing(fleet):
+    proc, _ = fleet["play"](check=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "*  NUM_OF_VFS" in proc.stdout
+    assert "parameter" in proc.stdout and "next boot" in proc.stdout and "desired" in proc.stdout
+    fake = fleet["fake"]()
+    assert all(card["params"]["NUM_OF_VFS"]["next_boot"] == 16 for card in fake.cards.values())
+
+
+def test_adaptive_routing_declared_per_fabric(fleet):
+    declared = {"fabric-a": {"compute": True}, "fabric-b": {}}
+    proc, result = fleet["play"](gpunode_fabric="fabric-a", nic_firmware_adaptive_routing=declared)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fake = fleet["fake"]()
+    assert {fake.accl[r["pci_address"]]["adaptive_routing_forced_en"] for r in fleet["rails"]} == {1}
+    assert {e["value"] for e in result["contract"] if e["setting"] == "roce_accl.adaptive_routing_forced_en"} == {1}
+
+
+def test_refusing_rail_fails_or_is_skipped(fleet):
+    fake = fleet["fake"]()
+    bad = fleet["rails"][2]["pci_address"]
+    fake.reject.add(bad)
+    fleet["save"](fake)
+    proc, _ = fleet["play"]()
+    assert proc.returncode != 0
+    assert f"mlxconfig refused {bad}: Failed to open the device" in proc.stdout
+    assert all(c["params"]["NUM_OF_VFS"]["next_boot"] == 16 for c in fleet["fake"]().cards.values())
+    proc, result = fleet["play"](nic_firmware_skip_unsupported=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(result["skipped"]) == [bad]  # nic_firmware.json key
+    assert not any(e["pci_address"] == bad for e in result["contract"] if e["setting"].startswith("nv_config."))
+
+
+def test_infiniband_transport_sets_ib_and_leaves_roce_accl(fleet):
+    proc, result = fleet["play"](gpunode_fabric_transport="infiniband")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fake = fleet["fake"]()
+    assert {fake.cards[r["card"]]["params"]["LINK_TYPE_P1"]["next_boot"] for r in fleet["rails"]} == {1}
+    assert result["roce_accl"] == {}
+
+
+def test_boot_program_writes_reads_back_and_fails_loudly(tmp_path):
+    fake = fake_mft.FakeMft().add_card("0000:18:00").add_card("0000:40:00")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    state = tmp_path / "mft.json"
+    fake_mft.install(fake, bindir, state)
+    conf = tmp_path / "roce-accl.conf"
+    conf.write_text("# managed\n0000:18:00.0 adaptive_routing_forced_en=0x1\n"
+                    "0000:40:00.0 adaptive_routing_forced_en=0x1,roce_tx_window_en=0x1\n")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(conf)], capture_output=True, text=True, env=env,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "0000:40:00.0: adaptive_routing_forced_en=0x1 roce_tx_window_en=0x1 (read back)" in proc.stdout
+    after = fake_mft.load(state)
+    assert after.accl["0000:18:00.0"]["adaptive_routing_forced_en"] == 1
+    after.reboot()
+    after.not_taking["0000:40:00.0"] = {"adaptive_routing_forced_en"}
+    fake_mft.save(after, state)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(conf)], capture_output=True, text=True, env=env,
+                          check=False)
+    assert proc.returncode == 1
+    assert ("gpunode-roce-accl: MISMATCH 0000:40:00.0: ROCE_ACCL adaptive_routing_forced_en reads 0x0, "
+            "expected 0x1") in proc.stderr

@@ -1,0 +1,90 @@
+"""The node_reboot role with ansible-playbook on this machine: consent, defer, one reboot per run,
+verification after a (fake) power cycle, and no reboot loop when a value does not stick."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fake_mft
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+RAIL = "0000:18:00.0"
+
+
+@pytest.fixture
+def node(tmp_path):
+    fake = fake_mft.FakeMft().add_card("0000:18:00")
+    fake.cards["0000:18:00"]["params"]["NUM_OF_VFS"]["next_boot"] = 8  # a pending change
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    state = tmp_path / "mft.json"
+    fake_mft.install(fake, bindir, state)
+    cycles = tmp_path / "cycles"
+
+    def play(**extra):
+        (tmp_path / "hosts.yml").write_text(
+            f"all:\n  hosts:\n    node1:\n      ansible_connection: local\n"
+            f"      ansible_python_interpreter: {sys.executable}\n")
+        (tmp_path / "play.yml").write_text(
+            "- name: Reboot\n  hosts: node1\n  gather_facts: false\n  roles:\n"
+            "    - role: mlplatform.gpunode.node_reboot\n    - role: mlplatform.gpunode.node_reboot\n")
+        extra_vars = {"nic_firmware_reboot_required": True, "nic_firmware_managed_devices": [RAIL],
+                      "node_reboot_results_dir": str(tmp_path / "results"), "node_reboot_verify_delay": 0,
+                      "node_reboot_verify_units": [], "gpunode_reboot_strategy": "power_cycle",
+                      "gpunode_power_cycle_command": ["sh", "-c", f'echo x >> {cycles} && "$0" "$@"', sys.executable,
+                                                      str(Path(__file__).with_name("fake_mft.py")), "reboot",
+                                                      str(state)], **extra}
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
+               "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
+                               "-e", json.dumps(extra_vars)], capture_output=True, text=True, env=env, check=False,
+                              timeout=300)
+        report = tmp_path / "results" / "reboot.json"
+        return proc, json.loads(report.read_text()) if report.exists() else None
+
+    return {"play": play, "cycles": lambda: len(cycles.read_text().split()) if cycles.exists() else 0,
+            "fake": lambda: fake_mft.load(state), "save": lambda f: fake_mft.save(f, state)}
+
+
+def test_no_consent_and_defer_only_report(node):
+    proc, report = node["play"]()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert node["cycles"]() == 0
+    assert report["deferred"] is True and report["reasons"] == ["nic_firmware_reboot_required"]
+    assert "no consent (set gpunode_reboot_ok=true)" in " ".join(proc.stdout.split())
+    proc, report = node["play"](gpunode_reboot_ok=True, gpunode_reboot_strategy="defer")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert node["cycles"]() == 0
+    assert "strategy defer: the caller power-cycles the machine" in " ".join(proc.stdout.split())
+
+
+def test_consent_reboots_once_and_verifies(node):
+    proc, report = node["play"](gpunode_reboot_ok=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert node["cycles"]() == 1  # the role is applied twice in the play: still one power cycle
+    assert node["fake"]().cards["0000:18:00"]["params"]["NUM_OF_VFS"]["current"] == 8
+    assert report["rebooted"] is True and report["required"] is False and report["not_applied"] == {}
+
+
+def test_value_that_does_not_stick_is_reported_then_never_loops(node):
+    fake = node["fake"]()
+    fake.cards["0000:18:00"]["params"]["NUM_OF_VFS"]["stuck"] = True
+    node["save"](fake)
+    proc, report = node["play"](gpunode_reboot_ok=True)
+    assert proc.returncode != 0
+    assert node["cycles"]() == 1
+    assert "0000:18:00.0 NUM_OF_VFS (current 16, next boot 8)" in " ".join(proc.stdout.split())
+    assert report["not_applied"] == {RAIL: ["NUM_OF_VFS"]}
+    proc, report = node["play"](gpunode_reboot_ok=True)
+    assert node["cycles"]() == 2
+    proc, report = node["play"](gpunode_reboot_ok=True)
+    assert proc.returncode != 0
+    assert node["cycles"]() == 2
+    assert "after 2 reboot(s) by this role (node_reboot_max_attempts 2); not rebooting again" in " ".join(
+        proc.stdout.split())

@@ -1,0 +1,164 @@
+"""Fault injection: the simulator's faults make validation fail for exactly the affected hosts,
+with the reason.
+
+Three simulated hosts (vf-dgx, vf-hgx, vf-hgx2) are prepared on the controller (``fleet.prepare_state``:
+profile, hw.json, sysfs) and converged through the simulated vendor tools (mlxconfig ``-y set``,
+reboot promotion, mlxreg ROCE_ACCL, the NVIDIA driver and services' state). The node_validation
+module's read-back (``observe``) then runs the simulated ``nvidia-smi``, ``mlxconfig`` and ``mlxreg``
+as executables on PATH (``GPUNODE_SIM_STATE`` selects the host), the real ``dpkg-query`` against a
+package database holding the fabric manager, and reads the host's sysfs tree. Faults come from
+``gpunode sim fault`` (``hwstate.set_fault``): a rail link down, a NV config value that does not stick
+at reboot, and one host's adaptive routing off (the incident).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+
+from gpunode.sim import fleet, hwstate
+from gpunode.sim.tools.state import HostState
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = "570.172.08"
+TOOLS = ("nvidia-smi", "mlxconfig", "mlxreg")
+HOSTS = {"vf-dgx": "dgx-h100", "vf-hgx": "hgx-h100", "vf-hgx2": "hgx-h100"}
+EXPECT = {"driver_version": DRIVER, "link_layer": "Ethernet", "nv_config": {"LINK_TYPE_P1": "ETH", "NUM_OF_VFS": 8},
+          "nv_config_settled": True, "roce_accl": {"adaptive_routing_forced_en": 1}}
+spec = importlib.util.spec_from_file_location("node_validation", REPO / "plugins" / "modules" / "node_validation.py")
+node_validation = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(node_validation)
+
+
+class Runner:
+    """What node_validation.observe needs from AnsibleModule: tools on a PATH, argv runs."""
+
+    def __init__(self, bindir: Path, env: dict):
+        self.bindir, self.env = bindir, env
+
+    def get_bin_path(self, name, required=False):
+        path = self.bindir / name
+        return str(path) if path.exists() else None
+
+    def run_command(self, argv, environ_update=None):
+        proc = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(environ_update or {})},
+                              check=False, timeout=60)
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def fleet_dir(tmp_path_factory):
+    """The converged three-host fleet (a fresh one per test module)."""
+    root = tmp_path_factory.mktemp("vf")
+    bindir = root / "bin"
+    bindir.mkdir()
+    for tool in TOOLS:
+        script = bindir / tool
+        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO / 'src')!r})\n"
+                          f"from gpunode.sim.tools.main import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
+        script.chmod(0o755)
+    # The real dpkg-query, reading a package database where the fabric manager is installed.
+    admindir = root / "dpkg"
+    (admindir / "info").mkdir(parents=True)
+    (admindir / "status").write_text(
+        "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nPriority: optional\nSection: misc\n"
+        f"Maintainer: NVIDIA\nArchitecture: amd64\nVersion: {DRIVER}-1\nDescription: Fabric Manager\n\n")
+    dpkg_query = shutil.which("dpkg-query")
+    if dpkg_query:
+        wrapper = bindir / "dpkg-query"
+        wrapper.write_text(f"#!/bin/sh\nexec {dpkg_query} --admindir={admindir} \"$@\"\n")
+        wrapper.chmod(0o755)
+    userspace = root / "nvml-version"
+    userspace.write_text(f"{DRIVER}\n")
+    hosts = {}
+    for name, profile in HOSTS.items():
+        hdir = fleet.prepare_state(root / "state", fleet.HostSpec(name=name, profile=profile))
+        hw = classify(read_sysfs(hdir / "sys"))
+        hw["fabric_manager_required"] = bool(hw["nvswitches"])
+        hosts[name] = {"dir": hdir, "hw": hw}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GPUNODE_SIM_NVIDIA_USERSPACE": str(userspace)}
+    return {"root": root, "bindir": bindir, "env": env, "hosts": hosts}
+
+
+def tool(fleet_dir, host, *argv):
+    env = {**fleet_dir["env"], "GPUNODE_SIM_STATE": str(fleet_dir["hosts"][host]["dir"])}
+    proc = subprocess.run([str(fleet_dir["bindir"] / argv[0]), *argv[1:]], capture_output=True, text=True, env=env,
+                          check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def converge(fleet_dir, host, adaptive_routing=1):
+    """What the install and firmware stages leave behind, done with the simulated tools."""
+    hdir = fleet_dir["hosts"][host]["dir"]
+    for rail in fleet_dir["hosts"][host]["hw"]["rails"]:
+        tool(fleet_dir, host, "mlxconfig", "-d", rail["pci_address"], "-y", "set", "LINK_TYPE_P1=ETH", "NUM_OF_VFS=8")
+    hwstate.reboot_state(hdir)
+    state = HostState(hdir)
+    state.load_module("nvidia", DRIVER)
+    state.load_module("nvidia_peermem", DRIVER)
+    state.set_gpu_runtime(fabric_state="Completed", fabric_status="Success", persistence_mode=True)
+    for rail in fleet_dir["hosts"][host]["hw"]["rails"]:
+        tool(fleet_dir, host, "mlxreg", "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--set",
+             f"adaptive_routing_forced_en={adaptive_routing}", "--yes")
+
+
+def validate(fleet_dir, host):
+    hdir = fleet_dir["hosts"][host]["dir"]
+    runner = Runner(fleet_dir["bindir"], {**fleet_dir["env"], "GPUNODE_SIM_STATE": str(hdir)})
+    hw = fleet_dir["hosts"][host]["hw"]
+    observed = node_validation.observe(runner, str(hdir / "sys"), hw, EXPECT)
+    return validation.verdict(validation.check_node(hw, observed, EXPECT), [])
+
+
+@pytest.fixture(scope="module")
+def faulted(fleet_dir):
+    if not (fleet_dir["bindir"] / "dpkg-query").exists():
+        pytest.skip("dpkg-query is needed for the fabric manager check")
+    dgx_rail3 = fleet_dir["hosts"]["vf-dgx"]["hw"]["rails"][3]
+    hgx_rail1 = fleet_dir["hosts"]["vf-hgx"]["hw"]["rails"][1]
+    # not sticky: set before the converge's reboot, so NUM_OF_VFS=8 stays in next boot only
+    hwstate.set_fault(fleet_dir["hosts"]["vf-hgx"]["dir"], "not_sticky", hgx_rail1["pci_address"],
+                      params=["NUM_OF_VFS"])
+    converge(fleet_dir, "vf-dgx")
+    converge(fleet_dir, "vf-hgx")
+    converge(fleet_dir, "vf-hgx2", adaptive_routing=0)
+    hwstate.set_fault(fleet_dir["hosts"]["vf-dgx"]["dir"], "link_down", dgx_rail3["pci_address"])
+    return {host: validate(fleet_dir, host) for host in HOSTS} | {"dgx_rail3": dgx_rail3, "hgx_rail1": hgx_rail1}
+
+
+def test_each_fault_fails_exactly_its_host_with_the_reason(faulted):
+    dgx_passed, dgx_failures = faulted["vf-dgx"]
+    hgx_passed, hgx_failures = faulted["vf-hgx"]
+    hgx2_passed, hgx2_failures = faulted["vf-hgx2"]
+    rail3, rail1 = faulted["dgx_rail3"], faulted["hgx_rail1"]
+    assert (dgx_passed, hgx_passed, hgx2_passed) == (False, False, False)
+    assert dgx_failures == [f"rail 3 {rail3['pci_address']} ({rail3['netdev']}): link DOWN, expected ACTIVE"]
+    assert hgx_failures == [
+        f"rail 1 {rail1['pci_address']} ({rail1['netdev']}): NV config did not take effect: "
+        "NUM_OF_VFS current 16, next boot 8",
+        f"rail 1 {rail1['pci_address']} ({rail1['netdev']}): NV config NUM_OF_VFS current 16, desired 8 (next boot 8)",
+    ]
+    # adaptive routing off on every rail of vf-hgx2 only (the incident's mismatch)
+    assert len(hgx2_failures) == 8
+    assert all(f.endswith("ROCE_ACCL adaptive_routing_forced_en=0, declared 1") for f in hgx2_failures)
+
+
+def test_clearing_the_faults_passes_every_host(fleet_dir, faulted):
+    dgx_rail3 = faulted["dgx_rail3"]
+    hwstate.set_fault(fleet_dir["hosts"]["vf-dgx"]["dir"], "link_down", dgx_rail3["pci_address"], clear=True)
+    hwstate.set_fault(fleet_dir["hosts"]["vf-hgx"]["dir"], "not_sticky", faulted["hgx_rail1"]["pci_address"],
+                      clear=True)
+    for host in HOSTS:
+        converge(fleet_dir, host)  # a second reboot promotes the value that did not stick before
+    for host in HOSTS:
+        assert validate(fleet_dir, host) == (True, []), host
