@@ -34,6 +34,7 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 SCENARIOS :=
 SCENARIOS += discovery
 SCENARIOS += install
+SCENARIOS += mixed_fabric
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
