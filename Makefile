@@ -35,6 +35,7 @@ DEMO_KAPI_PORT ?= 18643
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
+SCENARIOS += install
 SCENARIOS += mixed_fabric
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
