@@ -40,6 +40,14 @@ def join_configuration(labels, node_name, taints, domain, discovery,
     return k8s_objects.join_configuration(node_name, dict(labels), list(taints), domain, dict(discovery), cri_socket)
 
 
+def kubelet_node_labels(labels, node_name, domain):
+    """The labels unchanged, or AnsibleFilterError naming the node and every key the kubelet may not set."""
+    errors = k8s_objects.kubelet_label_errors(dict(labels), domain)
+    if errors:
+        raise k8s_objects.K8sObjectsError(f"node {node_name}: kubernetes_node_labels: " + "; ".join(errors))
+    return dict(labels)
+
+
 def node_self_labels(hw, domain, fabric="default", transport="roce"):
     """Labels a kubelet may report about its node; see ``k8s_objects.self_labels``."""
     return k8s_objects.self_labels(hw, domain, fabric, transport)
@@ -59,5 +67,6 @@ class FilterModule:
     """Kubernetes object filters."""
 
     def filters(self):
-        return {f.__name__: _wrap(f) for f in (cluster_objects, join_configuration, node_self_labels,
-                                               sriov_rails_from_hw, adaptive_routing_mode)}
+        funcs = (cluster_objects, join_configuration, kubelet_node_labels, node_self_labels, sriov_rails_from_hw,
+                 adaptive_routing_mode)
+        return {f.__name__: _wrap(f) for f in funcs}

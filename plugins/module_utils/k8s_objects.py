@@ -217,7 +217,9 @@ def build(hosts: dict, settings: dict) -> dict:
         ``cpu_reserved``, ``memory_reserved_mib`` (per node), ``device_plugin_namespace``,
         ``device_plugin_configmap``, ``network_namespace``, ``rail_cidr`` (split into a /24 per rail),
         ``resource_prefix``.
-    :returns: ``node_labels`` ({node: labels}), ``resource_flavors``, ``cluster_queues``, ``namespaces``,
+    :returns: ``node_labels`` ({node: labels}), ``node_objects`` (Node patches carrying those labels),
+        ``manifests`` (``{file, object}`` for every object but Nodes, in apply order),
+        ``resource_flavors``, ``cluster_queues``, ``namespaces``,
         ``local_queues``, ``device_plugin_configmap``, ``network_attachment_definitions`` (objects).
     """
     domain, trusted = settings["domain"], settings["trusted_prefix"]
@@ -329,7 +331,14 @@ def build(hosts: dict, settings: dict) -> dict:
                          "annotations": {"k8s.v1.cni.cncf.io/resourceName": f"{prefix}/rail{rail}"}},
             "spec": {"config": json.dumps(config, sort_keys=True)},
         })
-    return {"node_labels": node_labels, "resource_flavors": [flavors[k] for k in sorted(flavors)],
+    node_objects = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
+                    for n, labels in sorted(node_labels.items())]
+    ordered = [*namespaces, *[flavors[k] for k in sorted(flavors)], *[queues[k] for k in sorted(queues)],
+               *local_queues, configmap, *nads]
+    manifests = [{"file": "-".join((o["kind"].lower(), o["metadata"].get("namespace", "cluster"),
+                                    o["metadata"]["name"])) + ".yaml", "object": o} for o in ordered]
+    return {"node_labels": node_labels, "node_objects": node_objects, "manifests": manifests,
+            "resource_flavors": [flavors[k] for k in sorted(flavors)],
             "cluster_queues": [queues[k] for k in sorted(queues)], "namespaces": namespaces,
             "local_queues": local_queues, "device_plugin_configmap": configmap,
             "network_attachment_definitions": nads}

@@ -119,6 +119,12 @@ def _kapi_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=16443, help="TCP port on 127.0.0.1 (default 16443)")
     serve.add_argument("--state", type=Path, required=True,
                        help="state directory: CA, admin.conf, admin.token, objects.json (created if missing)")
+    start = cmds.add_parser("start", help="serve in the background (pid in <state>/kapi.pid, log in <state>/kapi.log) "
+                            "and wait until it answers")
+    start.add_argument("--port", type=int, default=16443)
+    start.add_argument("--state", type=Path, required=True)
+    stop = cmds.add_parser("stop", help="stop the emulator started with 'start' for this state directory")
+    stop.add_argument("--state", type=Path, required=True)
     creds = cmds.add_parser("credentials", help="create the CA, admin token and admin.conf without serving; "
                             "print server, kubeconfig and the CA cert hash pin as JSON")
     creds.add_argument("--port", type=int, default=16443)
@@ -130,6 +136,11 @@ def _run_kapi(args: argparse.Namespace) -> int:
 
     if args.kapi_cmd == "serve":
         server.serve(args.state.resolve(), args.port)
+    elif args.kapi_cmd == "start":
+        pid = server.start_background(args.state.resolve(), args.port)
+        print(f"gpunode kapi: serving https://127.0.0.1:{args.port} (pid {pid}, state {args.state.resolve()})")
+    elif args.kapi_cmd == "stop":
+        print("gpunode kapi: " + ("stopped" if server.stop_background(args.state.resolve()) else "was not running"))
     else:
         creds = server.ensure_credentials(args.state.resolve(), args.port)
         print(json.dumps({k: creds[k] for k in ("server", "kubeconfig", "ca_cert_hash")}))

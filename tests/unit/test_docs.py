@@ -32,6 +32,7 @@ PLUGINS = [
     ("filter", "node_self_labels"),
     ("filter", "sriov_rails_from_hw"),
     ("filter", "adaptive_routing_mode"),
+    ("filter", "kubelet_node_labels"),
 ]
 
 

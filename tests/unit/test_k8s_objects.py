@@ -8,10 +8,13 @@ the Kueue v1beta2 CRD schemas in ../shared/schemas.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -37,8 +40,10 @@ SETTINGS = {
 }
 
 
-def discover(tmp: Path, profile: str) -> dict:
-    """gpunode_hw as the discovery role publishes it for a profile's materialized sysfs tree."""
+@functools.cache
+def discover(profile: str) -> dict:
+    """gpunode_hw as the discovery role publishes it for a profile's materialized sysfs tree (once per session)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"gpunode-k8s-{profile}-"))
     tree = tmp / "sys"
     materialize(load_profile(profile), tree)
     inventory = tmp / "hosts.yml"
@@ -52,12 +57,14 @@ def discover(tmp: Path, profile: str) -> dict:
                            json.dumps({"discovery_sysfs_root": str(tree), "discovery_results_dir": str(tmp / "r")})],
                           capture_output=True, text=True, env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads((tmp / "r" / "discovery.json").read_text())
+    hw = json.loads((tmp / "r" / "discovery.json").read_text())
+    shutil.rmtree(tmp, ignore_errors=True)
+    return hw
 
 
 @pytest.fixture(scope="module")
-def fleet_hw(tmp_path_factory) -> dict:
-    return {p: discover(tmp_path_factory.mktemp(p), p) for p in ("dgx-h100", "hgx-h100")}
+def fleet_hw() -> dict:
+    return {p: discover(p) for p in ("dgx-h100", "hgx-h100")}
 
 
 def fleet(fleet_hw, fabric_of=None) -> dict:

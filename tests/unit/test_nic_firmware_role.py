@@ -88,7 +88,8 @@ def test_compute_rails_get_the_role_settings_and_nothing_else_changes(fleet):
     for card in others:
         assert fake.cards[card]["params"]["NUM_OF_VFS"]["next_boot"] == 16
     assert result["reboot_required"] is True
-    assert sorted(result["changes"]) == sorted(r["pci_address"] for r in fleet["rails"])
+    assert sorted(result["pending"]) == sorted(r["pci_address"] for r in fleet["rails"])
+    assert {c["NUM_OF_VFS"]["next_boot"] for c in result["config"].values()} == {"8"}
     settings = {e["setting"] for e in result["contract"]}
     assert {"nv_config.NUM_OF_VFS", "nv_config.LINK_TYPE_P1", "roce_accl.adaptive_routing_forced_en",
             "rail_count"} <= settings

@@ -161,3 +161,15 @@ def test_join_configuration_validation(change, message):
                                              "caCertHashes": ["sha256:" + "a" * 64]}}}
     errors, _ = kubeadm.validate_join({**conf, **change})
     assert any(message in e for e in errors), errors
+
+
+def test_config_validate_checks_without_joining(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUNODE_SIM_ROOT", str(tmp_path))
+    good = join_config(tmp_path, "127.0.0.1:16443", "abcdef.0123456789abcdef", "sha256:" + "a" * 64,
+                       {f"{DOMAIN}/x": "1"})
+    assert run(kubeadm, ["config", "validate", "--config", good])[0] == 0
+    bad = join_config(tmp_path, "127.0.0.1:16443", "abcdef.0123456789abcdef", "sha256:" + "a" * 64,
+                      {"node-role.kubernetes.io/gpu": ""}, name="bad")
+    rc, _, err = run(kubeadm, ["config", "validate", "--config", bad])
+    assert rc == 1 and "node-role.kubernetes.io/gpu" in err
+    assert not (tmp_path / "etc").exists()

@@ -30,13 +30,17 @@ from gpunode.sim.tools.state import HostState
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "570.172.08"
-TOOLS = ("nvidia-smi", "mlxconfig", "mlxreg")
+TOOLS = ("nvidia-smi", "mlxconfig", "mlxreg", "ib_write_bw")
+BASE_PORT = 18600  # this suite's TCP ports (18600-18699)
 HOSTS = {"vf-dgx": "dgx-h100", "vf-hgx": "hgx-h100", "vf-hgx2": "hgx-h100"}
 EXPECT = {"driver_version": DRIVER, "link_layer": "Ethernet", "nv_config": {"LINK_TYPE_P1": "ETH", "NUM_OF_VFS": 8},
           "nv_config_settled": True, "roce_accl": {"adaptive_routing_forced_en": 1}}
 spec = importlib.util.spec_from_file_location("node_validation", REPO / "plugins" / "modules" / "node_validation.py")
 node_validation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(node_validation)
+spec = importlib.util.spec_from_file_location("ib_write_bw", REPO / "plugins" / "modules" / "ib_write_bw.py")
+ib_write_bw = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ib_write_bw)
 
 
 class Runner:
@@ -47,7 +51,9 @@ class Runner:
 
     def get_bin_path(self, name, required=False):
         path = self.bindir / name
-        return str(path) if path.exists() else None
+        if path.exists():
+            return str(path)
+        return shutil.which(name) if name == "timeout" else None
 
     def run_command(self, argv, environ_update=None):
         proc = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(environ_update or {})},
@@ -162,3 +168,41 @@ def test_clearing_the_faults_passes_every_host(fleet_dir, faulted):
         converge(fleet_dir, host)  # a second reboot promotes the value that did not stick before
     for host in HOSTS:
         assert validate(fleet_dir, host) == (True, []), host
+
+
+def test_adaptive_routing_mismatch_fails_rdma_and_blames_the_odd_host(fleet_dir, faulted, monkeypatch):
+    """After the other faults are cleared, vf-hgx2 alone turns adaptive routing off (the incident).
+    The pairs cover DGX<->HGX and HGX<->HGX; ib_write_bw fails between vf-hgx and vf-hgx2 on every
+    rail as RDMA did, passes DGX<->HGX, and only vf-hgx2 is blamed."""
+    for host in HOSTS:
+        converge(fleet_dir, host, adaptive_routing=0 if host == "vf-hgx2" else 1)
+    hws = {h: fleet_dir["hosts"][h]["hw"] for h in HOSTS}
+    hosts = {h: {"fabric": "default", "platform": validation.platform_key(hw), "rails": hw["rails"]}
+             for h, hw in hws.items()}
+    tests = validation.select_pairs(hosts, base_port=BASE_PORT)
+    assert {(t["server"], t["client"]) for t in tests} == {("vf-hgx", "vf-dgx"), ("vf-hgx", "vf-hgx2")}
+    results = {}
+    for server in sorted({t["server"] for t in tests}):
+        monkeypatch.setenv("GPUNODE_SIM_STATE", str(fleet_dir["hosts"][server]["dir"]))
+        monkeypatch.setenv("PYTHONPATH", str(REPO / "src"))
+        runner = Runner(fleet_dir["bindir"], {**fleet_dir["env"]})
+        ib_write_bw._start_servers(runner, str(fleet_dir["bindir"] / "ib_write_bw"),
+                                   [{"id": t["id"], "device": t["server_device"], "port": t["port"]}
+                                    for t in tests if t["server"] == server], [], 60)
+    for client in sorted({t["client"] for t in tests}):
+        runner = Runner(fleet_dir["bindir"], {**fleet_dir["env"],
+                                              "GPUNODE_SIM_STATE": str(fleet_dir["hosts"][client]["dir"])})
+        for t in tests:
+            if t["client"] == client:
+                results[t["id"]] = ib_write_bw._run_client(
+                    runner, str(fleet_dir["bindir"] / "ib_write_bw"),
+                    {"id": t["id"], "device": t["client_device"], "port": t["port"], "server": "127.0.0.1"}, [], 60, 10)
+    judged = validation.judge_pairs(tests, results, 90)
+    verdicts = {h: validation.verdict([], judged.get(h, [])) for h in HOSTS}
+    assert verdicts["vf-dgx"] == (True, [])
+    assert verdicts["vf-hgx"] == (True, [])  # it passed every rail with vf-dgx
+    passed, failures = verdicts["vf-hgx2"]
+    assert not passed and len(failures) == 8
+    assert all(" <-> vf-hgx " in f and "ib_write_bw failed" in f for f in failures)
+    dgx_pairs = [p for p in judged["vf-dgx"]]
+    assert all(p["status"] == "pass" and p["gbps"] >= 0.9 * 400 for p in dgx_pairs)

@@ -279,6 +279,54 @@ def serve(state_dir: Path, port: int, host: str = "127.0.0.1") -> None:
                 handle_signals=True)
 
 
+def start_background(state_dir: Path, port: int, timeout: float = 30.0) -> int:
+    """Start ``gpunode kapi serve`` detached; return its pid once ``/version`` answers over HTTPS."""
+    import os
+    import sys
+    import time
+    import urllib.request
+
+    stop_background(state_dir)
+    creds = ensure_credentials(state_dir, port)
+    log = (state_dir / "kapi.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "gpunode.cli", "kapi", "serve", "--port", str(port),
+                             "--state", str(state_dir)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    (state_dir / "kapi.pid").write_text(f"{proc.pid}\n")
+    ctx = ssl.create_default_context(cafile=str(state_dir / "ca.crt"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gpunode kapi serve exited with {proc.returncode}; see {state_dir / 'kapi.log'}")
+        try:
+            with urllib.request.urlopen(creds["server"] + "/version", context=ctx, timeout=2):  # noqa: S310 https
+                return proc.pid
+        except OSError:
+            time.sleep(0.2)
+    os.kill(proc.pid, 15)
+    raise RuntimeError(f"gpunode kapi serve did not answer on port {port} within {timeout:.0f}s")
+
+
+def stop_background(state_dir: Path) -> bool:
+    """Stop the emulator whose pid ``start_background`` recorded; False when none was running."""
+    import os
+    import signal
+
+    pidfile = state_dir / "kapi.pid"
+    if not pidfile.exists():
+        return False
+    pid = int(pidfile.read_text().strip())
+    pidfile.unlink()
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if b"kapi" not in cmdline or b"serve" not in cmdline:  # the pid was reused by something else
+        return False
+    os.kill(pid, signal.SIGTERM)
+    return True
+
+
 class RunningServer:
     """The emulator in a background thread: ``with RunningServer(dir, port) as srv: srv.kubeconfig``."""
 

@@ -17,6 +17,8 @@ Stdlib only: it runs inside a simulated host (Debian 12 ``python3``). It talks H
     ``/etc/kubernetes/kubelet.conf``, and restarts the kubelet unit when systemd runs.
 ``token create [--ttl D] [--description S] [--print-join-command]``
     With ``/etc/kubernetes/admin.conf``: a ``bootstrap-token-<id>`` Secret, default TTL 24h.
+``config validate --config FILE``
+    The same checks as join's, without touching anything.
 ``reset -f``
     Removes what join wrote (the Node object stays, as with the real reset).
 ``version [-o short]``
@@ -472,9 +474,42 @@ def main(argv: list[str], out=None, err=None) -> int:
             print("the simulated kubeadm joins from --config only", file=err)
             return 1
         return join(config, name, out, err)
+    if cmd == "config" and rest[:1] == ["validate"]:
+        path = None
+        for i, arg in enumerate(rest[1:], start=1):
+            if arg.startswith("--config="):
+                path = arg.split("=", 1)[1]
+            elif arg == "--config" and i + 1 < len(rest):
+                path = rest[i + 1]
+        if not path:
+            print("required flag(s) \"config\" not set", file=err)
+            return 1
+        try:
+            with open(path, encoding="utf-8") as fh:
+                conf = json.load(fh)
+        except (OSError, ValueError) as exc:
+            print(f"unable to read config from {path!r}: {exc}", file=err)
+            return 1
+        errors, warnings = validate_join(conf)
+        for w in warnings:
+            print(f"W1130 {w}", file=err)
+        extra = _extra_args(conf.get("nodeRegistration") or {}) if not errors else {}
+        bad = kubelet_label_errors(_parse_labels(extra.get("node-labels", "")))
+        if bad:
+            errors.append(f"nodeRegistration.kubeletExtraArgs: node-labels the kubelet refuses: {bad}")
+        if errors:
+            print("\n".join(errors), file=err)
+            return 1
+        print("ok", file=out)
+        return 0
     if cmd == "token" and rest[:1] == ["create"]:
         return token_create(rest[1:], out, err)
     if cmd == "reset":
         return reset(rest, out, err)
     print(f'unknown command "{" ".join(argv)}" for "kubeadm"', file=err)
     return 1
+
+
+def run(argv: list[str], tool: str = "kubeadm") -> int:
+    """Entry point of the simulated tools' dispatch (``main.main("kubeadm", argv)``)."""
+    return main(argv)

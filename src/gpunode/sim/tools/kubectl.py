@@ -1,4 +1,4 @@
-"""Simulated ``kubectl``: ``version --client``, ``get nodes`` and ``get node NAME -o json``.
+"""Simulated ``kubectl``: ``version --client``, ``get nodes``, ``get node NAME -o json``, ``delete node NAME``.
 
 Stdlib only (runs inside a simulated host). Reads the kubeconfig from ``--kubeconfig``,
 ``$KUBECONFIG`` or ``/etc/kubernetes/admin.conf`` (JSON kubeconfigs, as the emulator writes them)
@@ -34,6 +34,18 @@ def main(argv: list[str], out=None, err=None) -> int:
                                   "platform": "linux/amd64"}}
         print(json.dumps(info, indent=2) if output == "json" else f"Client Version: {kubeadm.VERSION}", file=out)
         return 0
+    if args[:1] == ["delete"] and len(args) == 3 and args[1] in ("node", "nodes", "no"):
+        try:
+            server, ca_pem, token = kubeadm._kubeconfig(kubeconfig.lstrip("/"))
+            code, result = kubeadm.Client(server, ca_pem, token).request("DELETE", f"/api/v1/nodes/{args[2]}")
+        except kubeadm.KubeadmError as exc:
+            print(f"error: {exc}", file=err)
+            return 1
+        if code != 200:
+            print(f"Error from server ({result.get('reason', code)}): {result.get('message', '')}", file=err)
+            return 1
+        print(f'node "{args[2]}" deleted', file=out)
+        return 0
     if args[:1] != ["get"] or len(args) < 2 or args[1] not in ("node", "nodes", "no"):
         print(f"the simulated kubectl supports version --client and get nodes; not {' '.join(argv)!r}", file=err)
         return 1
@@ -60,3 +72,8 @@ def main(argv: list[str], out=None, err=None) -> int:
         version = ((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
         print(f"{node['metadata']['name']:<16} {status:<10} <none>   {version}", file=out)
     return 0
+
+
+def run(argv: list[str], tool: str = "kubectl") -> int:
+    """Entry point of the simulated tools' dispatch (``main.main("kubectl", argv)``)."""
+    return main(argv)

@@ -102,3 +102,8 @@ def main(argv: list[str], out=None, err=None) -> int:
         if once:
             return 0
         time.sleep(period)
+
+
+def run(argv: list[str], tool: str = "kubelet") -> int:
+    """Entry point of the simulated tools' dispatch (``main.main("kubelet", argv)``)."""
+    return main(argv)

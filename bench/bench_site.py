@@ -1,0 +1,148 @@
+"""Benchmarks of playbooks/site.yml on the simulated fleet, as ratios measured in one run.
+
+Starts three simulated hosts — a 2-rail PCIe host (``pcie-h100-2rail``), a DGX H100 (8 rails,
+12 NIC functions) and an HGX H100 (8 rails + 2 dual-port CX-6 Dx = 12 NIC functions) — and runs:
+
+(a) site.yml fresh, then again (the idempotent re-run), against the floor
+    ``ansible all -m ansible.builtin.setup`` on the same hosts;
+(b) tasks executed per host in the re-run (ansible.posix.json callback: a task counts once per host
+    whatever its loop; skipped tasks are counted apart) — equal for every host when no task loops
+    over NICs;
+(d) reboots per fresh provision and per re-run, counted where they happen: the simulated inventory's
+    power-cycle command is wrapped to log each call before it runs ``gpunode sim reboot``.
+
+Writes its own section of BENCHMARKS.md between the markers below. Host names start with ``bn-``.
+Usage: python bench/bench_site.py [--output BENCHMARKS.md] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN = "<!-- bench_site:begin -->"
+END = "<!-- bench_site:end -->"
+HOSTS = {"bn-2rail": "pcie-h100-2rail", "bn-dgx": "dgx-h100", "bn-hgx": "hgx-h100"}
+
+
+def sh(argv, env=None, check=True):
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def playbook(inventory, env, extra):
+    start = time.perf_counter()
+    proc = sh(["ansible-playbook", "-i", str(inventory), "playbooks/site.yml", "-e", json.dumps(extra)],
+              env={**env, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}, check=False)
+    seconds = time.perf_counter() - start
+    try:
+        data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    except ValueError:
+        raise SystemExit(f"site.yml printed no JSON:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
+    tasks = {h: {"executed": 0, "skipped": 0} for h in HOSTS}
+    for play in data.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if host in tasks:
+                    tasks[host]["skipped" if result.get("skipped") else "executed"] += 1
+    stats = data.get("stats", {})
+    return {"seconds": seconds, "rc": proc.returncode, "tasks": tasks,
+            "changed": {h: stats.get(h, {}).get("changed") for h in HOSTS},
+            "failed": {h: stats.get(h, {}).get("failures", 0) + stats.get(h, {}).get("unreachable", 0) for h in HOSTS}}
+
+
+def reboots(log: Path) -> dict[str, int]:
+    lines = log.read_text().split() if log.is_file() else []
+    return {h: lines.count(h) for h in HOSTS}
+
+
+def run(keep: bool) -> dict:
+    env = {**os.environ}
+    state = REPO / ".sim" / "bench"
+    env["GPUNODE_SIM_DIR"] = str(state)
+    env["GPUNODE_REPORT_DIR"] = str(state / "report")
+    inventory = state / "hosts.yml"
+    log = state / "power-cycles.log"
+    sh(["gpunode", "sim", "up", "--replace", *[f"{h}={p}" for h, p in HOSTS.items()]], env=env)
+    try:
+        sh(["gpunode", "sim", "inventory", "-o", str(inventory), *HOSTS], env=env)
+        log.unlink(missing_ok=True)
+        extra = {"gpunode_reboot_ok": True,
+                 "gpunode_power_cycle_command": ["sh", "-c", f'echo "$1" >> {log} && exec gpunode sim reboot "$1"',
+                                                 "power-cycle", "{{ inventory_hostname }}"]}
+        fresh = playbook(inventory, env, extra)
+        fresh_reboots = reboots(log)
+        log.unlink(missing_ok=True)
+        rerun = playbook(inventory, env, extra)
+        rerun_reboots = reboots(log)
+        start = time.perf_counter()
+        sh(["ansible", "all", "-i", str(inventory), "-m", "ansible.builtin.setup"], env=env)
+        floor = time.perf_counter() - start
+    finally:
+        if not keep:
+            sh(["gpunode", "sim", "down", "--missing-ok", *HOSTS], env=env, check=False)
+    return {"fresh": fresh, "rerun": rerun, "floor": floor, "fresh_reboots": fresh_reboots,
+            "rerun_reboots": rerun_reboots}
+
+
+def section(r: dict) -> str:
+    fresh, rerun = r["fresh"], r["rerun"]
+    rows = []
+    for host, profile in HOSTS.items():
+        rows.append(f"| {host} ({profile}) | {rerun['tasks'][host]['executed']} | {rerun['tasks'][host]['skipped']} | "
+                    f"{rerun['changed'][host]} | {r['fresh_reboots'][host]} | {r['rerun_reboots'][host]} |")
+    failed = {h for run in (fresh, rerun) for h, n in run["failed"].items() if n}
+    note = ("" if not failed else
+            f"\n\nHosts with failed tasks in these runs (stages missing on this checkout, or validation failing): "
+            f"{', '.join(sorted(failed))}; site.yml exit status fresh {fresh['rc']}, re-run {rerun['rc']}.")
+    return "\n".join([
+        BEGIN,
+        "## site.yml on the simulated fleet (`bench/bench_site.py`)",
+        "",
+        "One run on one machine: a fresh provision, then a re-run, of three simulated hosts (2 rails; DGX H100, 8 "
+        "rails and 12 NIC functions; HGX H100, 8 rails and 12 NIC functions), then `ansible all -m "
+        "ansible.builtin.setup` on the same hosts as the floor. Reboots are counted at the power-cycle command.",
+        "",
+        "| run | wall time | ÷ setup floor |",
+        "|---|---|---|",
+        f"| `ansible all -m ansible.builtin.setup` (floor) | {r['floor']:.1f} s | 1.00× |",
+        f"| site.yml fresh provision | {fresh['seconds']:.1f} s | {fresh['seconds'] / r['floor']:.1f}× |",
+        f"| site.yml idempotent re-run | {rerun['seconds']:.1f} s | {rerun['seconds'] / r['floor']:.1f}× |",
+        "",
+        "| host | tasks executed (re-run) | tasks skipped (re-run) | changed (re-run) | reboots, fresh provision "
+        "| reboots, re-run |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]) + note + "\n" + END
+
+
+def update(path: Path, text: str) -> None:
+    old = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    new = pattern.sub(lambda _m: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
+    path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--keep", action="store_true", help="leave the bn- hosts running")
+    args = parser.parse_args()
+    text = section(run(args.keep))
+    print(text)
+    if args.output:
+        update(args.output, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
