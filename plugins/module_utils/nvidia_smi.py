@@ -336,3 +336,32 @@ def gpu_nic_distance(topo, gpu, rdma_device):
         return topo["matrix"][gpu][column]
     except KeyError:
         raise ParseError(TOOL, f"{gpu} and {rdma_device} in the topo -m matrix") from None
+
+
+def driver_summary(query):
+    """Condense a ``parse_query`` result to the driver-side facts ``gpu_info`` returns.
+
+    Returns ``{"driver_version", "persistence_mode", "fabric_state", "gpus": {pci_address:
+    {"product_name", "memory_total_mib", "persistence_mode", "fabric_state"}}}``.
+    ``persistence_mode`` is True when every GPU reports ``Enabled``, False when any reports
+    ``Disabled``, None without GPUs. ``fabric_state`` is the common ``Fabric/State`` of the GPUs
+    (``Completed`` once fabric manager has trained the NVSwitch fabric), the states joined by
+    ``", "`` when they differ, None when no GPU has a Fabric section (no NVSwitch or an older driver).
+    """
+    gpus = {}
+    for gpu in query["gpus"]:
+        mode = gpu.get("persistence_mode")
+        gpus[gpu["pci_address"]] = {
+            "product_name": gpu["product_name"],
+            "memory_total_mib": gpu.get("memory_total_mib"),
+            "persistence_mode": None if mode is None else mode == "Enabled",
+            "fabric_state": gpu.get("fabric_state"),
+        }
+    modes = [g["persistence_mode"] for g in gpus.values()]
+    states = sorted({g["fabric_state"] for g in gpus.values() if g["fabric_state"] is not None})
+    return {
+        "driver_version": query["driver_version"],
+        "persistence_mode": (all(modes) if None not in modes else None) if modes else None,
+        "fabric_state": ", ".join(states) if states else None,
+        "gpus": gpus,
+    }

@@ -16,10 +16,19 @@ description:
     C(10de:2330) reads V(H100 SXM5 80GB). NVSwitches are C(10de:22a3) (class C(0x0680xx), a bridge); their presence
     means fabric manager is required (hardware-facts.md sections PCI identities and GPU side; real-outputs
     C(lspci-h100-xe9680-nvidia-mellanox-gpud.txt)).
-  - RV(driver_version), RV(persistence_mode) and RV(fabric_state) come from C(nvidia-smi) once a driver exists;
-    this version does not read them yet and always returns null for them.
+  - Once a driver is installed, runs C(nvidia-smi -q) (the only command it runs; read-only) and adds RV(driver_version),
+    RV(persistence_mode), RV(fabric_state) and each GPU's RV(gpus[].product_name) and RV(gpus[].memory_total_mib).
+    The format is that of real-outputs C(nvidia-smi-q-h100-header-gpu0-gpud.txt) (C(Fabric) C(State) V(Completed)
+    once fabric manager has trained the NVSwitch fabric, hardware-facts.md section GPU side).
+  - Without C(nvidia-smi), or when it cannot talk to the driver (module not loaded), the driver fields are null,
+    RV(driver_loaded) is false and RV(nvidia_smi_error) says why; the sysfs fields are always returned.
 author:
   - mlplatform.gpunode developers
+options:
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi). Default is to look it up on C(PATH); when absent the driver fields are null.
+    type: path
 extends_documentation_fragment:
   - mlplatform.gpunode.sysfs
 seealso:
@@ -63,6 +72,22 @@ gpus:
       description: NUMA node, null when the platform reports -1.
       type: int
       sample: 0
+    product_name:
+      description: C(Product Name) from C(nvidia-smi -q); null without a loaded driver.
+      type: str
+      sample: NVIDIA H100 80GB HBM3
+    memory_total_mib:
+      description: C(FB Memory Usage) C(Total) in MiB from C(nvidia-smi -q); null without a loaded driver.
+      type: int
+      sample: 81559
+    persistence_mode:
+      description: This GPU's persistence mode (C(Enabled) is true); null without a loaded driver.
+      type: bool
+      sample: true
+    fabric_state:
+      description: This GPU's C(Fabric) C(State); null without NVSwitch fabric section or driver.
+      type: str
+      sample: Completed
 nvswitches:
   description: NVSwitches in PCI address order.
   returned: success
@@ -96,31 +121,62 @@ fabric_manager_required:
   returned: success
   type: bool
   sample: true
-driver_version:
-  description: Always null for now; will come from C(nvidia-smi) once a driver is installed.
-  returned: success
-  type: str
-  sample: null
-persistence_mode:
-  description: Always null for now; will come from C(nvidia-smi) once a driver is installed.
+driver_loaded:
+  description: True when C(nvidia-smi -q) answered (the NVIDIA kernel module is loaded).
   returned: success
   type: bool
-  sample: null
-fabric_state:
-  description: Always null for now; will come from C(nvidia-smi -q) (C(Fabric State)) once a driver is installed.
+  sample: true
+driver_version:
+  description: C(Driver Version) from C(nvidia-smi -q); null without a loaded driver.
   returned: success
   type: str
-  sample: null
+  sample: "570.172.08"
+persistence_mode:
+  description: True when every GPU reports persistence mode C(Enabled), false when one does not; null without driver.
+  returned: success
+  type: bool
+  sample: true
+fabric_state:
+  description: >-
+    The GPUs' common C(Fabric) C(State) (V(Completed) once fabric manager trained the NVSwitch fabric; the states joined
+    by C(, ) when GPUs differ); null when no GPU has a Fabric section (no NVSwitch) or without driver.
+  returned: success
+  type: str
+  sample: Completed
+nvidia_smi_error:
+  description: What C(nvidia-smi) printed when it failed (driver not loaded); null otherwise.
+  returned: success
+  type: str
+  sample: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import gpu_inventory
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
+
+
+def _driver_side(module):
+    """Run ``nvidia-smi -q`` when present; return (summary or None, error text or None)."""
+    path = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+    if not path or not os.path.exists(path):
+        return None, None
+    rc, out, err = module.run_command([path, "-q"])
+    if rc != 0:
+        return None, (err or out).strip() or f"nvidia-smi -q exited {rc}"
+    try:
+        return driver_summary(parse_query(out)), None
+    except ParseError as exc:
+        module.fail_json(msg=f"gpu_info: cannot parse nvidia-smi -q output: {exc}", stdout=out)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec={"sysfs_root": {"type": "path", "default": "/sys"}},
+        argument_spec={"sysfs_root": {"type": "path", "default": "/sys"},
+                       "nvidia_smi_path": {"type": "path"}},
         supports_check_mode=True,
     )
     root = module.params["sysfs_root"]
@@ -130,6 +186,10 @@ def main():
         module.fail_json(msg=f"gpu_info: {exc}", sysfs_root=root)
     gpus, nvswitches = gpu_inventory(snapshot)
     models = sorted({gpu["model"] for gpu in gpus})
+    summary, error = _driver_side(module)
+    per_gpu = (summary or {}).get("gpus", {})
+    empty = {"product_name": None, "memory_total_mib": None, "persistence_mode": None, "fabric_state": None}
+    gpus = [dict(gpu, **per_gpu.get(gpu["pci_address"], empty)) for gpu in gpus]
     module.exit_json(
         changed=False,
         gpus=gpus,
@@ -137,10 +197,11 @@ def main():
         gpu_count=len(gpus),
         gpu_product=", ".join(models) if models else None,
         fabric_manager_required=bool(nvswitches),
-        # From nvidia-smi once a driver exists (a later issue); sysfs alone cannot tell.
-        driver_version=None,
-        persistence_mode=None,
-        fabric_state=None,
+        driver_loaded=summary is not None,
+        driver_version=summary["driver_version"] if summary else None,
+        persistence_mode=summary["persistence_mode"] if summary else None,
+        fabric_state=summary["fabric_state"] if summary else None,
+        nvidia_smi_error=error,
     )
 
 

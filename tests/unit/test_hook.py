@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -79,6 +80,19 @@ def site(tmp_path, monkeypatch):
     (tmp_path / "validation").mkdir()
     (tmp_path / "validation" / "node-a.json").write_text(json.dumps({"verdict": "passed"}))
     return tmp_path
+
+
+def free_port() -> int:
+    """A free TCP port in this project's hook range (18080-18099), so parallel sessions do not collide."""
+    for port in range(18081, 18100):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no free port in 18081-18099")
 
 
 def make_config(site: Path, **kw) -> HookConfig:
@@ -307,7 +321,7 @@ def test_run_environment_drops_the_secret_and_unknown_variables(site):
 
 
 def test_a_run_past_its_timeout_is_stopped_and_retried_a_bounded_number_of_times(site):
-    config = make_config(site, run_timeout=5, max_attempts=2)
+    config = make_config(site, run_timeout=15, max_attempts=2)  # the first plays take ~2 s; the wait 60 s
     store = Store(config.db_path)
     store.record_request(source="operator", host="slow-node", instance_id=None, fqdn=None, host_keys={}, peer=None)
     runs = drain(Worker(config, store))
@@ -350,7 +364,7 @@ def _serve(site: Path, port: int, log) -> subprocess.Popen:
 
 
 def test_service_restarted_mid_queue_loses_no_request(site):
-    port = 18081
+    port = free_port()
     auth = {"Authorization": f"Bearer {SECRET}"}
     with open(site / "serve.log", "wb") as log:
         proc = _serve(site, port, log)
@@ -446,6 +460,56 @@ def test_maas_cross_check_and_tag_write_back(site):
     assert [h["name"] for h in store.hosts()] == ["node-a"]
     drain(Worker(config, store, on_finished=tag_writer(config, store, maas)))
     assert fake.tags == {"gpunode-validated": ["abc123"]}
+
+
+def test_capi_machine_annotation_write_back(site, tmp_path):
+    """The Machine whose providerID ends in the host's instance id gets the run's outcome annotated."""
+    from gpunode.hook.capi import find_machine
+    from gpunode.hook.service import capi_writer
+    from gpunode.kapi.server import RunningServer
+
+    machines = [{"metadata": {"name": "m1"}, "spec": {"providerID": "maas:///az1/zzz999"}},
+                {"metadata": {"name": "m2"}, "spec": {"providerID": "maas:///az1/abc123"}},
+                {"metadata": {"name": "m3"}, "spec": {}, "status": {"nodeRef": {"name": "node-b"}}}]
+    assert find_machine(machines, "node-a", "abc123")["metadata"]["name"] == "m2"
+    assert find_machine(machines, "node-b", None)["metadata"]["name"] == "m3"
+    assert find_machine(machines, "node-c", "nope") is None
+
+    with RunningServer(tmp_path / "kapi", free_port()) as kapi:
+        import kubernetes
+        from kubernetes.dynamic import DynamicClient
+
+        dyn = DynamicClient(kubernetes.config.new_client_from_config(kapi.kubeconfig))
+        dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition").create(body={
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "machines.cluster.x-k8s.io"},
+            "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+                     "names": {"plural": "machines", "singular": "machine", "kind": "Machine"},
+                     "versions": [{"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+        dyn.resources.get(api_version="v1", kind="Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-cluster"}})
+        dyn = DynamicClient(kubernetes.config.new_client_from_config(kapi.kubeconfig))  # rediscover the CRD
+        machine_api = dyn.resources.get(api_version="cluster.x-k8s.io/v1beta1", kind="Machine")
+        for name, provider_id in (("gpu-md-0-x7k2p", "maas:///az1/abc123"), ("gpu-md-0-q9z8r", "maas:///az1/def456")):
+            machine_api.create(namespace="gpu-cluster", body={
+                "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "gpu-cluster"},
+                "spec": {"clusterName": "gpu", "providerID": provider_id}})
+        config = make_config(site, capi_annotate=True, capi_kubeconfig=Path(kapi.kubeconfig))
+        store = Store(config.db_path)
+        client = client_for(config, store)
+        client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "abc123"))
+        client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("bad-node", "def456"))
+        runs = drain(Worker(make_config(site, capi_annotate=True, capi_kubeconfig=Path(kapi.kubeconfig),
+                                        max_attempts=1), store, on_finished=capi_writer(config, store)))
+        assert [r["hosts"] for r in runs] == [["node-a", "bad-node"]]
+        got = {m.metadata.name: dict(m.metadata.annotations or {})
+               for m in machine_api.get(namespace="gpu-cluster").items}
+        assert got["gpu-md-0-x7k2p"] == {"gpunode.mlplatform.io/provisioning": "ok",
+                                         "gpunode.mlplatform.io/hook-run": str(runs[0]["id"]),
+                                         "gpunode.mlplatform.io/validation": "passed"}
+        assert got["gpu-md-0-q9z8r"]["gpunode.mlplatform.io/provisioning"] == "failed"
 
 
 # -- CLI ---------------------------------------------------------------------------------------

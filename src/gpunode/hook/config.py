@@ -65,6 +65,9 @@ class HookConfig:
     maas_api_key_file: Path | None = None
     maas_check: bool = False
     maas_tag: str | None = None
+    # Cluster API: annotate each host's Machine in the management cluster once its run finished.
+    capi_annotate: bool = False
+    capi_kubeconfig: Path | None = None
 
     def secret(self) -> bytes:
         """The shared secret (file first, then the environment); raise when there is none."""
@@ -97,6 +100,8 @@ class HookConfig:
             raise ConfigError(f"limit_by: {self.limit_by!r} is not one of hostname, fqdn")
         if (self.maas_check or self.maas_tag) and not self.maas_url:
             raise ConfigError("maas_url: required when maas_check or maas_tag is set")
+        if self.capi_annotate and not self.capi_kubeconfig:
+            raise ConfigError("capi_kubeconfig: required when capi_annotate is set")
         for name in ("workers", "max_batch", "max_attempts", "run_timeout", "idle_timeout", "keep_artifacts"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}: must be at least 1")
@@ -120,7 +125,7 @@ class HookConfig:
         return Path(self.state_dir) / "artifacts"
 
 
-_PATHS = {"state_dir", "secret_file", "project_dir", "run_secrets_file", "maas_api_key_file"}
+_PATHS = {"state_dir", "secret_file", "project_dir", "run_secrets_file", "maas_api_key_file", "capi_kubeconfig"}
 
 
 def load_config(path: Path | None = None, **overrides) -> HookConfig:

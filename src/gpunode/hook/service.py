@@ -56,12 +56,51 @@ def tag_writer(config: HookConfig, store: Store, maas: MaasClient | None):
     return on_finished
 
 
+def capi_writer(config: HookConfig, store: Store):
+    """A worker callback that annotates the finished hosts' Cluster API Machines (``capi_annotate``)."""
+    if not config.capi_annotate:
+        return None
+    from gpunode.hook.capi import CapiClient, CapiError, annotations_for
+
+    def on_finished(run_id: int, result: dict, states: dict[str, str]) -> None:
+        try:
+            client = CapiClient(config.capi_kubeconfig)
+        except CapiError as exc:
+            log.warning("run %d: Cluster API write-back failed: %s", run_id, exc)
+            return
+        for host, state in states.items():
+            if state not in ("ok", "failed"):
+                continue  # queued again: the next run writes back
+            row = store.host(host) or {}
+            try:
+                where = client.annotate(host, row.get("instance_id"),
+                                        annotations_for(run_id, state, result["hosts"].get(host, {})))
+                log.info("run %d: annotated Machine %s (%s)", run_id, where, state)
+            except CapiError as exc:
+                log.warning("run %d: Cluster API write-back for %s failed: %s", run_id, host, exc)
+
+    return on_finished
+
+
+def write_backs(*callbacks):
+    """One worker callback that calls every non-None callback."""
+    active = [c for c in callbacks if c is not None]
+    if not active:
+        return None
+
+    def on_finished(run_id: int, result: dict, states: dict[str, str]) -> None:
+        for callback in active:
+            callback(run_id, result, states)
+
+    return on_finished
+
+
 def serve(config: HookConfig) -> int:
     """Run the HTTP service and the worker until SIGINT/SIGTERM (uvicorn's handlers)."""
     setup_logging(config)
     store = Store(config.db_path)
     maas = maas_client(config)
-    worker = Worker(config, store, on_finished=tag_writer(config, store, maas))
+    worker = Worker(config, store, on_finished=write_backs(tag_writer(config, store, maas), capi_writer(config, store)))
     hook = Hook(config, store, worker=worker, maas=maas)
     worker.start()
     log.info("hook listening on %s:%d (auth %s, playbook %s, inventory %s)", config.listen_host, config.listen_port,
@@ -87,7 +126,8 @@ def run_hosts(config: HookConfig, hosts: list[str], *, out=print) -> int:
     """``gpunode hook run``: queue the hosts as an operator request and run them here, in the foreground."""
     setup_logging(config)
     store = Store(config.db_path)
-    worker = Worker(config, store)
+    worker = Worker(config, store, on_finished=write_backs(tag_writer(config, store, maas_client(config)),
+                                                           capi_writer(config, store)))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: worker.stop.set())
     try:

@@ -119,7 +119,7 @@ def _expand(entry: dict[str, Any], fields: dict[str, Any], where: str) -> dict[s
                 item[key] = _fmt(item[key], fields, where)
         if "content" in item:  # file bodies use $field (they may contain braces)
             item["content"] = string.Template(item["content"]).safe_substitute(
-                {**fields, "name": pkg["name"], "version": pkg["version"]})
+                {"version": pkg["version"], **fields, "name": pkg["name"]})
         pkg["files"].append(item)
     for script in ("postinst", "prerm"):
         if entry.get(script):

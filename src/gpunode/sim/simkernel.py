@@ -423,14 +423,13 @@ def nvswitches():
     return found
 
 
-def _gpu_state(**fields):
-    """Set per-GPU volatile fields through the simulated tools' state API (README §1)."""
+def _host_state():
+    """The simulated tools' state API (README §1): persistence mode and fabric state live in run/."""
     try:
         from gpunode_simtools.state import HostState  # inside a host
     except ImportError:  # on the controller
         from gpunode.sim.tools.state import HostState
-    state = HostState(state_dir())
-    state.set_gpu_runtime(**fields)
+    return HostState(state_dir())
 
 
 def fabricmanager(version, argv, out=sys.stdout, err=sys.stderr):
@@ -449,7 +448,7 @@ def fabricmanager(version, argv, out=sys.stdout, err=sys.stderr):
         print("fabric manager failed to initialize: request to query NVSwitch device information from "
               "NVSwitch driver failed (no NVSwitch devices found)", file=err)
         return 1
-    _gpu_state(fabric_state="Completed", fabric_status="Success")
+    _host_state().set_fabric_state("Completed", "Success")
     print(f"Successfully configured all the available NVSwitches to route GPU NVLink traffic "
           f"({len(switches)} NVSwitches).", file=out)
     return 0
@@ -458,12 +457,12 @@ def fabricmanager(version, argv, out=sys.stdout, err=sys.stderr):
 def persistenced(argv, out=sys.stdout, err=sys.stderr):
     """nvidia-persistenced: persistence mode on while it runs, off when stopped."""
     if "--stop" in argv:
-        _gpu_state(persistence_mode=False)
+        _host_state().set_persistence(False)
         return 0
     if loaded_version("nvidia") is None:
         print("nvidia-persistenced failed to initialize. Check syslog for more details.", file=err)
         return 1
-    _gpu_state(persistence_mode=True)
+    _host_state().set_persistence(True)
     return 0
 
 

@@ -1,0 +1,112 @@
+"""gpu_info's driver-side fields: the nvidia-smi -q summary on the real sample, and the module with
+and without nvidia-smi."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import nvidia_smi
+from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info
+
+sim_profile = pytest.importorskip("gpunode.sim.profile")
+sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
+
+SAMPLE = "nvidia-smi-q-h100-header-gpu0-gpud.txt"
+
+
+def _verbatim(path):
+    return "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#")) + "\n"
+
+
+def test_summary_of_the_real_sample_reads_what_a_human_reads(real_outputs):
+    summary = nvidia_smi.driver_summary(nvidia_smi.parse_query(_verbatim(real_outputs / SAMPLE)))
+    assert summary["driver_version"] == "535.161.08"
+    assert summary["persistence_mode"] is True
+    assert summary["fabric_state"] == "Completed"
+    assert summary["gpus"] == {"0000:19:00.0": {"product_name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559,
+                                                "persistence_mode": True, "fabric_state": "Completed"}}
+
+
+def test_summary_disabled_persistence_and_mixed_fabric_state(real_outputs):
+    query = nvidia_smi.parse_query(_verbatim(real_outputs / SAMPLE))
+    second = dict(query["gpus"][0], pci_address="0000:3b:00.0", persistence_mode="Disabled",
+                  fabric_state="In Progress")
+    summary = nvidia_smi.driver_summary({**query, "gpus": [query["gpus"][0], second]})
+    assert summary["persistence_mode"] is False
+    assert summary["fabric_state"] == "Completed, In Progress"
+    no_fabric = dict(query["gpus"][0], fabric_state=None)
+    assert nvidia_smi.driver_summary({**query, "gpus": [no_fabric]})["fabric_state"] is None
+
+
+class _Exit(Exception):
+    pass
+
+
+class _Fail(Exception):
+    pass
+
+
+@pytest.fixture
+def run(monkeypatch):
+    def exit_json(self, **kwargs):
+        raise _Exit(kwargs)
+
+    def fail_json(self, msg, **kwargs):
+        raise _Fail({"msg": msg, **kwargs})
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+    def _run(args, expect=_Exit):
+        with patch_module_args(args), pytest.raises(expect) as err:
+            gpu_info.main()
+        return err.value.args[0]
+    return _run
+
+
+@pytest.fixture
+def hgx_root(tmp_path):
+    root = tmp_path / "sys"
+    sim_sysfs.materialize(sim_profile.load_profile("hgx-h100"), root)
+    return root
+
+
+def _fake_smi(tmp_path, body, rc=0):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{body}EOF\nexit {rc}\n")
+    smi.chmod(0o755)
+    return smi
+
+
+def test_module_merges_nvidia_smi_into_the_sysfs_gpus(run, hgx_root, tmp_path, real_outputs):
+    smi = _fake_smi(tmp_path, _verbatim(real_outputs / SAMPLE))
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(smi)})
+    assert result["driver_loaded"] is True
+    assert (result["driver_version"], result["persistence_mode"], result["fabric_state"]) == (
+        "535.161.08", True, "Completed")
+    gpu0 = result["gpus"][0]
+    assert (gpu0["pci_address"], gpu0["product_name"], gpu0["memory_total_mib"]) == (
+        "0000:19:00.0", "NVIDIA H100 80GB HBM3", 81559)
+    assert result["gpus"][1]["product_name"] is None  # the sample lists GPU0 only
+
+
+def test_module_without_a_loaded_driver_reports_why(run, hgx_root, tmp_path):
+    smi = _fake_smi(tmp_path, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                    "Make sure that the latest NVIDIA driver is installed and running.\n", rc=9)
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(smi)})
+    assert result["driver_loaded"] is False
+    assert result["driver_version"] is None and result["fabric_state"] is None
+    assert "couldn't communicate with the NVIDIA driver" in result["nvidia_smi_error"]
+    assert result["gpu_count"] == 8
+
+
+def test_module_without_nvidia_smi(run, hgx_root, tmp_path):
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(tmp_path / "absent")})
+    assert result["driver_loaded"] is False and result["nvidia_smi_error"] is None
+
+
+def test_module_fails_on_unparseable_output(run, hgx_root, tmp_path):
+    smi = _fake_smi(tmp_path, "garbage\n")
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(smi)}, _Fail)
+    assert "NVSMI LOG" in result["msg"]
