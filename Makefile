@@ -30,6 +30,8 @@ APT_PACKAGES := podman runc debootstrap tar
 DEMO_HOSTS ?= dgx01=dgx-h100 hgx01=hgx-h100
 DEMO_NAMES = $(foreach h,$(DEMO_HOSTS),$(firstword $(subst =, ,$(h))))
 DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
+# The demo's Kubernetes API emulator (validate/demo port range 18600-18699).
+DEMO_KAPI_PORT ?= 18643
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
 SCENARIOS += discovery
@@ -94,13 +96,16 @@ test: lint unit molecule e2e ## everything CI runs
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)
 	gpunode sim inventory -o inventories/sim/hosts.yml $(DEMO_NAMES)
+	gpunode kapi start --port $(DEMO_KAPI_PORT) --state $(GPUNODE_SIM_DIR)/kapi
+	ansible-playbook playbooks/sim_cluster.yml -e '{"gpunode_sim_kapi_port": $(DEMO_KAPI_PORT)}'
 	@rc=0; GPUNODE_REPORT_DIR=$(DEMO_REPORT) ansible-playbook -i inventories/sim/hosts.yml playbooks/site.yml \
-	  -e '{"gpunode_reboot_ok": true}' || rc=$$?; \
+	  -e @$(GPUNODE_SIM_DIR)/kapi/site-vars.yml -e '{"gpunode_reboot_ok": true}' || rc=$$?; \
 	echo "Fleet report: $(DEMO_REPORT)/report.html (Markdown: $(DEMO_REPORT)/report.md)"; \
 	echo "The fleet keeps running: 'make demo-down' removes it."; exit $$rc
 
 demo-down: deps ## remove the demo fleet
 	gpunode sim down --missing-ok $(DEMO_NAMES)
+	-gpunode kapi stop --state $(GPUNODE_SIM_DIR)/kapi
 
 bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md

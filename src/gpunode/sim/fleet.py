@@ -209,6 +209,11 @@ def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
                         "ansible_connection": "containers.podman.podman",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "gpunode_sysfs_root": HOST_SYSFS_ROOT,
+                        # Simulated hosts run the controller's kernel: no distro has its headers, the
+                        # simulated driver packages need no DKMS build, and sysctls/modules are only written.
+                        "ofed_install_kernel_headers": False,
+                        "gpu_driver_install_kernel_headers": False,
+                        "kubernetes_node_kernel_apply": False,
                         # A simulated host reboots through the simulator (promotes next-boot NV config).
                         "gpunode_reboot_strategy": "power_cycle",
                         "gpunode_power_cycle_command": ["gpunode", "sim", "reboot", "{{ inventory_hostname }}"],
