@@ -3,11 +3,18 @@ units, module configuration, loaded modules and what nvidia-smi reads (after the
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import nvidia_smi
 
 from gpunode.sim.profile import iter_devices
+
+# The collection's parsers, importable through the link `make collection` keeps in .cache/collections.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / ".cache" / "collections"))
+nvidia_smi = importlib.import_module("ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi")
 
 SYSFS = "/var/lib/gpunode-sim/sys"
 DRIVER = "570.172.08"
