@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import parse_query, values_equal
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import parse_get
+
+# The collection's parsers, importable through the link `make collection` keeps in .cache/collections
+# (testinfra's pytest does not run with the unit tests' conftest).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / ".cache" / "collections"))
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import parse_query, values_equal  # noqa: E402 -- needs the path above
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import parse_get  # noqa: E402 -- needs the path above
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 WANTED = {"SRIOV_EN": 1, "NUM_OF_VFS": 8, "LINK_TYPE_P1": "ETH", "ATS_ENABLED": 0, "ROCE_CC_PRIO_MASK_P1": 8,
