@@ -36,6 +36,7 @@ DEMO_KAPI_PORT ?= 18643
 SCENARIOS :=
 SCENARIOS += discovery
 SCENARIOS += install
+SCENARIOS += join
 # mixed_fabric (issue 4): passes through idempotence; its side effect and verify are not yet run end to end.
 # SCENARIOS += mixed_fabric
 
