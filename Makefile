@@ -36,9 +36,10 @@ DEMO_KAPI_PORT ?= 18643
 SCENARIOS :=
 SCENARIOS += discovery
 SCENARIOS += install
+SCENARIOS += mixed_fabric
+SCENARIOS += qos
 SCENARIOS += join
 # mixed_fabric (issue 4): passes through idempotence; its side effect and verify are not yet run end to end.
-# SCENARIOS += mixed_fabric
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
