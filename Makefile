@@ -39,7 +39,6 @@ SCENARIOS += install
 SCENARIOS += mixed_fabric
 SCENARIOS += qos
 SCENARIOS += join
-# mixed_fabric (issue 4): passes through idempotence; its side effect and verify are not yet run end to end.
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
