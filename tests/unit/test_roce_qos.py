@@ -11,9 +11,9 @@ import re
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import rdma_tools, roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
+from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -120,24 +120,6 @@ def test_actions_follow_the_real_recipe_order_cma_before_traffic_class(tmp_path)
 # -- the module on a simulated HGX tree ----------------------------------------------------------
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    kwargs.setdefault("changed", False)
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs.update(failed=True, msg=msg)
-    raise FailJson(kwargs)
-
-
 class FakeTools:
     """mlnx_qos and cma_roce_tos with per-netdev state; prints the real mlnx_qos layout."""
 
@@ -176,8 +158,7 @@ class FakeTools:
 @pytest.fixture
 def tools(real_outputs, monkeypatch):
     fake = FakeTools(first_mlnx_qos_block(real_outputs))
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    patch_exits(monkeypatch)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, args, **kw: fake(self, args, **kw))
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: f"/usr/bin/{name}")
     return fake
@@ -200,9 +181,7 @@ def hgx(tmp_path):
 
 
 def run(args, expect=ExitJson):
-    with patch_module_args(args), pytest.raises(expect) as err:
-        roce_qos_module.main()
-    return err.value.args[0]
+    return run_module(roce_qos_module.main, args, expect)
 
 
 def test_module_applies_lossless_profile_then_is_idempotent(hgx, tools):
@@ -292,8 +271,7 @@ def test_module_against_the_simulated_tools_then_reboot_state(tmp_path, monkeypa
         res = simhost.run_tool(host, args[0].rsplit("/", 1)[-1], *args[1:])
         return res.rc, res.out, res.err
 
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    patch_exits(monkeypatch)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", sim_run)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: f"/usr/sbin/{name}")
     nics = [p for p in sorted((sys_root / "class" / "net").iterdir()) if (p / "ecn").is_dir()]

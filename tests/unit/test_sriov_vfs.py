@@ -12,10 +12,9 @@ import errno
 import os
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import rdma_tools, sriov
 from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs
+from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -24,34 +23,13 @@ RAIL0 = "0000:18:00.0"  # dgx-h100 compute rail 0 (hardware-facts.md DGX H100), 
 RAIL1 = "0000:40:00.0"
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    kwargs.setdefault("changed", False)
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs.update(failed=True, msg=msg)
-    raise FailJson(kwargs)
-
-
 @pytest.fixture(autouse=True)
 def _patch_exits(monkeypatch):
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    patch_exits(monkeypatch)
 
 
 def run(args, expect=ExitJson):
-    with patch_module_args(args), pytest.raises(expect) as err:
-        sriov_vfs.main()
-    return err.value.args[0]
+    return run_module(sriov_vfs.main, args, expect)
 
 
 @pytest.fixture
