@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig, mlxconfig_info, roce_accl
 from fake_mft import FakeMft
+from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 RAIL = "0000:18:00.0"
 PORTS = ["0000:29:00.0", "0000:29:00.1"]
@@ -18,27 +18,11 @@ COMPUTE = {"SRIOV_EN": True, "NUM_OF_VFS": 8, "LINK_TYPE": "ETH", "ATS_ENABLED":
            "ROCE_CC_PRIO_MASK": 8, "CNP_DSCP": 48, "CNP_802P_PRIO": 6}
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
 @pytest.fixture
 def fake(monkeypatch):
     mft = FakeMft().add_card("0000:18:00").add_card("0000:29:00", ports=2, link=2, name="MCX755106AS-HEA_Ax")
 
-    def exit_json(self, **kwargs):
-        kwargs.setdefault("changed", False)
-        raise ExitJson(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise FailJson({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    patch_exits(monkeypatch)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None:
                         f"/usr/bin/{name}" if name in ("mlxconfig", "mlxreg") else None)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: mft.run(argv))
@@ -46,9 +30,7 @@ def fake(monkeypatch):
 
 
 def run(module, args, expect=ExitJson):
-    with patch_module_args(args), pytest.raises(expect) as err:
-        module.main()
-    return err.value.args[0]
+    return run_module(module.main, args, expect)
 
 
 def writes(fake):

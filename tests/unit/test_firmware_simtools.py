@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig, mlxconfig_info, mlxfwreset, roce_accl
+from module_harness import ExitJson, FailJson, patch_exits, run_module
 from simhost import make_host, run_tool
 
 from gpunode.sim import hwstate
@@ -21,14 +21,6 @@ DGX_RAILS = ["0000:18:00.0", "0000:40:00.0", "0000:4f:00.0", "0000:5e:00.0",
 STORAGE = ["0000:29:00.0", "0000:29:00.1"]
 COMPUTE = {"SRIOV_EN": True, "NUM_OF_VFS": 8, "LINK_TYPE": "ETH", "ATS_ENABLED": False,
            "ROCE_CC_PRIO_MASK": 8, "CNP_DSCP": 48, "CNP_802P_PRIO": 6}
-
-
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
 
 
 @pytest.fixture
@@ -41,25 +33,15 @@ def host(tmp_path, monkeypatch):
         result = run_tool(root, Path(argv[0]).name, *argv[1:])
         return result.rc, result.out, result.err
 
-    def exit_json(self, **kwargs):
-        kwargs.setdefault("changed", False)
-        raise ExitJson(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise FailJson({"msg": msg, **kwargs})
-
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    patch_exits(monkeypatch)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
     return {"root": root, "calls": calls}
 
 
 def run(module, args, expect=ExitJson):
-    with patch_module_args(args), pytest.raises(expect) as err:
-        module.main()
-    return err.value.args[0]
+    return run_module(module.main, args, expect)
 
 
 def writes(calls):
