@@ -4,10 +4,9 @@ and without nvidia-smi."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info
+from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -39,29 +38,12 @@ def test_summary_disabled_persistence_and_mixed_fabric_state(real_outputs):
     assert nvidia_smi.driver_summary({**query, "gpus": [no_fabric]})["fabric_state"] is None
 
 
-class _Exit(Exception):
-    pass
-
-
-class _Fail(Exception):
-    pass
-
-
 @pytest.fixture
 def run(monkeypatch):
-    def exit_json(self, **kwargs):
-        raise _Exit(kwargs)
+    patch_exits(monkeypatch)
 
-    def fail_json(self, msg, **kwargs):
-        raise _Fail({"msg": msg, **kwargs})
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-
-    def _run(args, expect=_Exit):
-        with patch_module_args(args), pytest.raises(expect) as err:
-            gpu_info.main()
-        return err.value.args[0]
+    def _run(args, expect=ExitJson):
+        return run_module(gpu_info.main, args, expect)
     return _run
 
 
@@ -108,5 +90,5 @@ def test_module_without_nvidia_smi(run, hgx_root, tmp_path):
 
 def test_module_fails_on_unparseable_output(run, hgx_root, tmp_path):
     smi = _fake_smi(tmp_path, "garbage\n")
-    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(smi)}, _Fail)
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(smi)}, FailJson)
     assert "NVSMI LOG" in result["msg"]
