@@ -206,5 +206,5 @@ def test_cx7_28_46_1006_congestion_control_caveat_warns(tmp_path, hgx_roce):
     (rail0 / "fw_ver").write_text("28.46.1006\n")
     proc = _play(tmp_path, tree, "--check", env_extra=env)
     assert proc.returncode == 0, proc.stdout
-    assert "runs CX-7 firmware 28.46.1006, on which congestion control applies globally" in proc.text
+    assert "run CX-7 firmware 28.46.1006, on which congestion control applies globally" in proc.text
     assert "priorities [0, 1, 2, 3, 4, 5, 6, 7]) must match the roce_rp ECN enables [3]" in proc.text
