@@ -43,7 +43,7 @@ def test_doca_ofed_installed_pinned_and_held(host):
     held = host.check_output("apt-mark showhold").split()
     assert set(DOCA_PACKAGES) <= set(held)
     pref = host.file("/etc/apt/preferences.d/gpunode-doca.pref").content_string
-    assert "Package: doca-ofed\nPin: version 2.9.1-1\nPin-Priority: 1001" in pref
+    assert "Package: doca-ofed\nPin: version 2.9.1-1\nPin-Priority: 1000" in pref
     assert "Package: mlnx-ofed-kernel-dkms\nPin: version 24.10.OFED.24.10.1.1.4.1-1\n" in pref
 
 
@@ -63,7 +63,7 @@ def test_driver_packages_at_the_exact_version_pinned_and_held(host):
         assert _version(host, name) == f"{DRIVER}-1", name
         assert name in held, name
     pref = host.file("/etc/apt/preferences.d/gpunode-nvidia-driver.pref").content_string
-    assert f"Package: nvidia-driver-570-server-open\nPin: version {DRIVER}-*\nPin-Priority: 1001" in pref
+    assert f"Package: nvidia-driver-570-server-open\nPin: version {DRIVER}-*\nPin-Priority: 1000" in pref
     # apt would not move off the pinned version
     policy = host.check_output("apt-cache policy nvidia-driver-570-server-open")
     assert f"Candidate: {DRIVER}-1" in policy
