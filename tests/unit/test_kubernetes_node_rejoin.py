@@ -1,0 +1,81 @@
+"""kubernetes_node does not join blindly over a Ready Node of the same name (issue 6).
+
+With the bootstrap token passed in and no control-plane host, the role looks the Node up through
+``kubernetes_node_kubeconfig`` (kubernetes.core.k8s_info from the controller) against the API
+emulator. A Ready Node of the host's name stops the join before anything is written on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.dynamic import DynamicClient
+
+from gpunode.kapi.server import RunningServer
+
+REPO = Path(__file__).resolve().parents[2]
+PLAY = """---
+- name: Run the join tasks of kubernetes_node on a host that has no kubelet.conf
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Include the join tasks
+      ansible.builtin.include_role:
+        name: mlplatform.gpunode.kubernetes_node
+        tasks_from: join
+      vars:
+        __kubernetes_node_needs_join: true
+"""
+
+
+def free_port() -> int:
+    for port in range(16500, 16510):  # this module's range, apart from the other tests'
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise RuntimeError("no free port")
+
+
+@pytest.fixture
+def api(tmp_path):
+    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+        yield srv, DynamicClient(kubernetes.config.new_client_from_config(srv.kubeconfig))
+
+
+def _play(tmp_path, kubeconfig, **extra):
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-old": {}}}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "kubernetes_node_kubeconfig": kubeconfig, "kubernetes_node_api_server": "127.0.0.1:6443",
+        "kubernetes_node_join_token": "abcdef.0123456789abcdef", **extra}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(PLAY)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_FORCE_COLOR": "0"}
+    return subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.yml"),
+                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, check=False,
+                          timeout=600)
+
+
+def test_a_ready_node_of_the_same_name_stops_the_join(tmp_path, api):
+    srv, dyn = api
+    nodes = dyn.resources.get(api_version="v1", kind="Node")
+    nodes.create(body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-old"},
+                       "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    proc = _play(tmp_path, srv.kubeconfig)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "gpu-old: a Ready Node named gpu-old already exists in the cluster" in out
+    assert "kubernetes_node_replace_ready_node: true" in out
+    # Nothing after the refusal ran: no JoinConfiguration rendered, no kubeadm join.
+    assert "Join | Render the JoinConfiguration" not in out
+    assert "Join | Join with kubeadm" not in out
+    # The old Node is still there, untouched, and the token is not in the output.
+    assert nodes.get(name="gpu-old").metadata.name == "gpu-old"
+    assert "0123456789abcdef" not in out
