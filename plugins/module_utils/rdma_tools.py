@@ -269,6 +269,19 @@ def parse_traffic_class(text):
     return int(match.group("tc"))
 
 
+def read_traffic_class(text):
+    """The content of a ``tc/<port>/traffic_class`` file -> int or None.
+
+    None when the file is absent or empty (no ToS set); the kernel's ``"Global tclass=106"`` -> 106
+    (``parse_traffic_class``); a bare ``"106"`` -> 106, which is what a plain file holds after
+    ``106`` was written to it (the simulator's sysfs tree). Anything else raises ParseError.
+    """
+    value = (text or "").strip()
+    if not value:
+        return None
+    return int(value) if value.isdigit() else parse_traffic_class(value)
+
+
 def parse_sysfs_reads(text):
     """Find sysfs reads in a listing -> ``[(path, value)]`` in order.
 

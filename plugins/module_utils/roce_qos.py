@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import parse_traffic_class
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import read_traffic_class
 
 FIELDS = ("trust", "pfc", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
 TRUST_MODES = ("pcp", "dscp")
@@ -162,9 +162,8 @@ def state_from(qos, ecn, cnp_dscp, traffic_class_text, cma_tos, mtu_text):
             raise ParseError("sysfs", f"0 or 1 in ecn enable files, got {flags!r}")
         state[field] = [p for p, f in enumerate(flags) if f.strip() == "1"]
     state["cnp_dscp"] = _sysfs_int(cnp_dscp, "cnp_dscp")
-    text = (traffic_class_text or "").strip()
     # The kernel prints "Global tclass=106"; a simulated tree (a plain file) keeps the "106" written to it.
-    state["roce_tos"] = int(text) if text.isdigit() else parse_traffic_class(text) if text else None
+    state["roce_tos"] = read_traffic_class(traffic_class_text)
     state["cma_roce_tos"] = cma_tos
     state["mtu"] = _sysfs_int(mtu_text, "mtu")
     return state

@@ -198,7 +198,9 @@ def _fabric_manager_version(module):
         return None
     for line in out.splitlines():
         parts = line.split("\t")
-        if len(parts) == 3 and parts[2].startswith("ii") and parts[1]:
+        # db:Status-Abbrev is <wanted><status><error>: "ii " installed, "hi " installed and held
+        # (the gpu_driver role holds the fabric manager). The status letter must be "i".
+        if len(parts) == 3 and parts[2][1:2] == "i" and parts[1]:
             return parts[1]
     return None
 
@@ -227,7 +229,7 @@ def _qos(module, root, netdev, rdma_device):
     qos["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
     tclass = _read(os.path.join(root, "class", "infiniband", rdma_device or "-", "tc", "1", "traffic_class"))
     try:
-        qos["roce_tos"] = rdma_tools.parse_traffic_class(tclass) if tclass else None
+        qos["roce_tos"] = rdma_tools.read_traffic_class(tclass)
     except ParseError:
         qos["roce_tos"] = None
     return qos

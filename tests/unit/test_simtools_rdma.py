@@ -104,6 +104,18 @@ def test_cma_roce_tos_sets_tos_and_traffic_class(hgx: Path, real_outputs: Path) 
     assert run_tool(hgx, "cma_roce_tos", "-d", "mlx5_99", "-t", "106").rc == 1
 
 
+@pytest.mark.parametrize(("text", "tos"), [("Global tclass=106\n", 106), ("106\n", 106), ("", None), (None, None)])
+def test_read_traffic_class_takes_the_kernel_format_and_a_written_value(text, tos) -> None:
+    # The kernel reads back "Global tclass=106"; a plain file (the simulated tree) keeps the "106"
+    # that roce_qos wrote. node_validation and roce_qos both read through this one function.
+    assert rdma_tools.read_traffic_class(text) == tos
+
+
+def test_read_traffic_class_rejects_other_text() -> None:
+    with pytest.raises(rdma_tools.ParseError):
+        rdma_tools.read_traffic_class("tclass=106")
+
+
 def test_flint_mst_and_mlxfwreset(hgx: Path) -> None:
     flint = run_tool(hgx, "flint", "-d", "/dev/mst/mt4129_pciconf0", "q")
     fields = dict(line.split(":", 1) for line in flint.out.splitlines() if ":" in line and not line.startswith(" "))

@@ -76,7 +76,7 @@ def fleet_dir(tmp_path_factory):
     admindir = root / "dpkg"
     (admindir / "info").mkdir(parents=True)
     (admindir / "status").write_text(
-        "Package: nvidia-fabricmanager-570\nStatus: install ok installed\nPriority: optional\nSection: misc\n"
+        "Package: nvidia-fabricmanager-570\nStatus: hold ok installed\nPriority: optional\nSection: misc\n"
         f"Maintainer: NVIDIA\nArchitecture: amd64\nVersion: {DRIVER}-1\nDescription: Fabric Manager\n\n")
     dpkg_query = shutil.which("dpkg-query")
     if dpkg_query:
