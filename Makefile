@@ -41,7 +41,6 @@ SCENARIOS += qos
 SCENARIOS += join
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
-HOOK_E2E_PLAYBOOK ?= playbooks/discover.yml
 
 .PHONY: e2e help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
 
@@ -91,7 +90,7 @@ molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
 
 e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
-	GPUNODE_HOOK_E2E_PLAYBOOK=$(HOOK_E2E_PLAYBOOK) pytest -q -m e2e tests/e2e
+	pytest -q -m e2e tests/e2e
 
 test: lint unit molecule e2e ## everything CI runs
 
@@ -113,6 +112,7 @@ bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md
 	python bench/bench_hook.py --output BENCHMARKS.md
 	python bench/bench_fleet.py --output BENCHMARKS.md
+	python bench/bench_site.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts
 	-gpunode sim down
