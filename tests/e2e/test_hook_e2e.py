@@ -4,8 +4,9 @@ The host (``hk-node``, profile hgx-h100) gets Debian's ``cloud-init`` and ``open
 apt (ssh masked: every simulated host shares the controller's network namespace, so no sshd may
 bind port 22; the package still generates the host keys). A NoCloud seed whose ``phone_home`` url
 points at the hook on loopback makes ``cloud-init single --name phone_home`` post the real form.
-The hook then runs the playbook (``$GPUNODE_HOOK_E2E_PLAYBOOK``, default playbooks/discover.yml;
-playbooks/site.yml once the full pipeline is on main) and the host must end ``ok``.
+The hook then runs the whole pipeline, playbooks/site.yml, through ansible-runner, against the
+Kubernetes API emulator (``gpunode kapi``) as the control plane: the host must end ``ok``, validated
+(validation.json passed) and registered as a Ready Node without the ``not-validated`` taint.
 
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import httpx
+import kubernetes
 import pytest
 import yaml
 
@@ -34,7 +36,9 @@ PORT = 18085
 CONTAINER = f"gpunode-sim-{HOST}"
 SECRET = "e2e-hook-secret-5f2c9a7e41d0b3"  # noqa: S105 - a test secret the scan looks for
 INSTANCE_ID = "hk-node-4y3h8a"  # the shape of a MAAS system_id
-PLAYBOOK = os.environ.get("GPUNODE_HOOK_E2E_PLAYBOOK", "playbooks/discover.yml")
+KAPI_PORT = 18644
+PLAYBOOK = "playbooks/site.yml"
+TAINT = "gpunode.mlplatform.io/not-validated"
 
 INSTALL = r"""
 set -eu
@@ -52,8 +56,8 @@ rm -f /usr/sbin/policy-rc.d
 """
 
 
-def sh(*argv: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+def sh(*argv: str, check: bool = True, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd)
     if check and proc.returncode != 0:
         tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
@@ -80,12 +84,24 @@ def sim_host(tmp_path_factory):
 def hook(sim_host, tmp_path_factory):
     """The hook service on 127.0.0.1:PORT, running PLAYBOOK against the simulated fleet's inventory."""
     work = tmp_path_factory.mktemp("hook")
-    sh("gpunode", "sim", "inventory", "-o", str(work / "hosts.yml"))
+    sh("gpunode", "sim", "inventory", "-o", str(work / "hosts.yml"), HOST)
+    # The operator's consent to the one reboot the firmware needs lives in the inventory.
+    inventory = yaml.safe_load((work / "hosts.yml").read_text())
+    inventory["all"]["children"]["gpu_nodes"]["vars"]["gpunode_reboot_ok"] = True
+    (work / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    # The control plane: the API emulator with the Kueue CRDs and a bootstrap token. The join
+    # variables (token included) reach the runs only as the run_secrets_file, by path.
+    kapi = work / "kapi"
+    sh("gpunode", "kapi", "start", "--port", str(KAPI_PORT), "--state", str(kapi))
+    sh("ansible-playbook", "playbooks/sim_cluster.yml",
+       "-e", json.dumps({"gpunode_sim_kapi_port": KAPI_PORT, "gpunode_sim_kapi_dir": str(kapi)}), cwd=REPO)
     (work / "secret").write_text(SECRET + "\n")
     (work / "secret").chmod(0o600)
     settings = {"state_dir": str(work / "state"), "project_dir": str(REPO), "playbook": PLAYBOOK,
                 "inventory": str(work / "hosts.yml"), "secret_file": str(work / "secret"), "listen_port": PORT,
-                "batch_window": 1.0, "retry_delay": 5, "max_attempts": 2, "run_timeout": 1800}
+                "run_secrets_file": str(kapi / "site-vars.yml"),
+                "run_env": {"GPUNODE_REPORT_DIR": str(work / "report")},
+                "batch_window": 1.0, "retry_delay": 5, "max_attempts": 1, "run_timeout": 2400}
     (work / "hook.yml").write_text(yaml.safe_dump(settings))
     log = open(work / "serve.log", "wb")  # noqa: SIM115 - closed in the finally below
     env = {k: v for k, v in os.environ.items() if k != "GPUNODE_HOOK_SECRET"}
@@ -103,6 +119,7 @@ def hook(sim_host, tmp_path_factory):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=90)
         log.close()
+        sh("gpunode", "kapi", "stop", "--state", str(kapi), check=False)
 
 
 def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
@@ -128,7 +145,7 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     base = f"http://127.0.0.1:{PORT}"
     recorded = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth)
     assert recorded.status_code == 200, f"the post was not recorded\n{(hook / 'serve.log').read_text()[-2000:]}"
-    deadline = time.monotonic() + 1800
+    deadline = time.monotonic() + 2400
     while time.monotonic() < deadline:
         host = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth).json()
         if host.get("state") in ("ok", "failed"):
@@ -156,14 +173,20 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     result = json.loads(Path(run["result_path"]).read_text())
     mine = result["hosts"][HOST]
     assert mine["ok"] > 0 and mine["failed"] == 0 and mine["unreachable"] == 0 and mine["stage"]
-    # What the playbook did is on the host: discovery found the HGX's 8 GPUs.
+    # What the pipeline did is on the host: discovery found the HGX's 8 GPUs, and the node passed.
     discovery = json.loads(in_host("cat /var/lib/gpunode/discovery.json").stdout)
     assert len(discovery["gpus"]) == 8
-    validation = in_host("cat /var/lib/gpunode/validation.json", check=False)
-    if validation.returncode == 0:
-        assert mine["validation"]["present"] is True
-    else:
-        assert mine["validation"] == {"present": False, "verdict": None}
+    validation = json.loads(in_host("cat /var/lib/gpunode/validation.json").stdout)
+    assert validation["passed"] is True, validation.get("failures")
+    assert mine["validation"]["present"] is True and mine["validation"]["verdict"] == "passed"
+    assert mine["stage"] == "Gate"
+    # ... and in the cluster: a Ready Node, its hardware labels, and no not-validated taint left.
+    api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(hook / "kapi" / "admin.conf")))
+    node = api.read_node(HOST)
+    assert [c.status for c in node.status.conditions if c.type == "Ready"] == ["True"]
+    assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
+    assert TAINT not in [t.key for t in node.spec.taints or []]
+    assert (hook / "report" / "report.md").is_file()
 
     # No secret in the hook's artifacts, results, database or log.
     leaks = [str(p) for p in (hook / "state").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
