@@ -73,6 +73,31 @@ def test_crud_patch_and_selectors_through_the_official_client(kapi):
     assert any(o["kind"] == "Node" and o["metadata"]["name"] == "n1" for o in state["objects"])
 
 
+def test_json_patch_and_an_empty_merge_list(kapi):
+    dyn = _client(kapi.kubeconfig)
+    nodes = dyn.resources.get(api_version="v1", kind="Node")
+    taint = {"key": "x/not-validated", "effect": "NoSchedule"}
+    nodes.create(body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": {"taints": [taint]}})
+    # A strategic merge patch merges taints by key: `taints: []` removes nothing (as on a real server).
+    nodes.patch(name="n1", body={"spec": {"taints": []}}, content_type="application/strategic-merge-patch+json")
+    assert [t.key for t in nodes.get(name="n1").spec.taints] == ["x/not-validated"]
+    # JSON patch (RFC 6902): a failed test changes nothing and answers 422; test + remove removes.
+    with pytest.raises(ApiException) as err:
+        nodes.patch(name="n1", body=[{"op": "test", "path": "/spec/taints/0/key", "value": "other"},
+                                     {"op": "remove", "path": "/spec/taints/0"}],
+                    content_type="application/json-patch+json")
+    assert err.value.status == 422
+    assert [t.key for t in nodes.get(name="n1").spec.taints] == ["x/not-validated"]
+    nodes.patch(name="n1", body=[{"op": "test", "path": "/spec/taints/0/key", "value": "x/not-validated"},
+                                 {"op": "remove", "path": "/spec/taints/0"}],
+                content_type="application/json-patch+json")
+    assert not nodes.get(name="n1").spec.taints
+    with pytest.raises(ApiException) as err:
+        nodes.patch(name="n1", body=[{"op": "remove", "path": "/spec/taints/3"}],
+                    content_type="application/json-patch+json")
+    assert err.value.status == 422
+
+
 def test_status_subresource_and_dry_run(kapi):
     dyn = _client(kapi.kubeconfig)
     nodes = dyn.resources.get(api_version="v1", kind="Node")

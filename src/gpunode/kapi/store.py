@@ -7,7 +7,8 @@ What it does as the real API server does (the subset kubernetes.core, kubeadm an
 resourceVersion on every write and optimistic concurrency on PUT; uid, creationTimestamp,
 generation (bumped when anything but metadata/status changes); namespaced objects need an
 existing Namespace; the ``status`` subresource (writes to the main resource keep the old status,
-writes to ``/status`` change only the status); JSON merge patch (RFC 7386) and strategic merge
+writes to ``/status`` change only the status); JSON patch (RFC 6902, the ``jsonpatch`` library; a
+failed ``test`` is 422), JSON merge patch (RFC 7386) and strategic merge
 patch (maps merge, ``null`` deletes, lists with a patch merge key — taints, conditions,
 addresses — merge by that key) on built-in kinds, and ``415 UnsupportedMediaType`` for strategic
 merge on custom resources, as the real server answers; CRDs make their group/versions
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import jsonschema
 
 
@@ -443,11 +445,22 @@ class Store:
     def patch(self, res: Resource, namespace: str | None, name: str, patch: Any, content_type: str,
               subresource: str | None = None, dry_run: bool = False) -> dict[str, Any]:
         ctype = content_type.split(";")[0].strip()
-        if not isinstance(patch, dict):
+        if ctype == "application/json-patch+json":
+            if not isinstance(patch, list):
+                raise ApiError(400, "BadRequest", "a JSON patch (RFC 6902) must be a list of operations")
+        elif not isinstance(patch, dict):
             raise ApiError(400, "BadRequest", "the patch must be a JSON object")
         with self._lock:
             old = self.get(res, namespace, name)
-            if ctype == "application/merge-patch+json":
+            if ctype == "application/json-patch+json":
+                try:
+                    new = jsonpatch.apply_patch(old, patch)
+                except jsonpatch.JsonPatchTestFailed as exc:
+                    raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
+                                   f"request: {exc}") from None
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    raise ApiError(422, "Invalid", f"the JSON patch cannot be applied: {exc}") from None
+            elif ctype == "application/merge-patch+json":
                 new = merge_patch(old, patch)
             elif ctype == "application/strategic-merge-patch+json":
                 if res.custom:
@@ -459,7 +472,8 @@ class Store:
                 new = strategic_merge_patch(old, patch)
             else:
                 raise ApiError(415, "UnsupportedMediaType", f"patch type {ctype!r} is not emulated; use "
-                               "application/merge-patch+json or application/strategic-merge-patch+json")
+                               "application/json-patch+json, application/merge-patch+json or "
+                               "application/strategic-merge-patch+json")
             return self._store_update(res, namespace, name, new, subresource, dry_run, check_rv=False)
 
     def delete(self, res: Resource, namespace: str | None, name: str, dry_run: bool = False) -> dict[str, Any]:
