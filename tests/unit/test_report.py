@@ -213,6 +213,9 @@ def test_markdown_tables(fleet_dir):
     assert re.search(r"^\| dgx01 \| 0 \| hgx01 \| 0 \| 371\.2 \| 400 \| 90% \| pass \|", md, re.M)
     # the flavor given twice (fleet.json and kueue/) is listed once
     assert sum(line.startswith("| h100-80gb-dgx-default |") for line in md.splitlines()) == 1
+    flavor = next(line for line in md.splitlines() if line.startswith("| h100-80gb-dgx-default |"))
+    cells = [c.strip() for c in flavor.strip().strip("|").split("|")]
+    assert cells[2:] == ["", "`nvidia.com/gpu (Exists):NoSchedule`"]  # no node taints; one toleration
 
 
 def test_cli_writes_the_three_files(fleet_dir, tmp_path, capsys):
