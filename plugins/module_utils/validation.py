@@ -48,6 +48,28 @@ def product_tokens(name):
     return {t for t in re.split(r"[\s-]+", name or "") if _FAMILY_RE.match(t)}
 
 
+def product_matches(model, name, memory_total_mib=None):
+    """Does nvidia-smi's product ``name`` (and memory) fit discovery's ``model``?
+
+    The family tokens (``H100``) of the model must all be in the name. Its memory token (``80GB``)
+    must be in the name when the name has one (``"NVIDIA H100 80GB HBM3"``); names without one
+    (``"NVIDIA H100 PCIe"``) are checked against ``memory_total_mib`` instead, within 2% (an 80GB
+    H100 reports 81559 MiB), and pass on the family alone when no memory is known.
+    """
+    want, have = product_tokens(model), product_tokens(name)
+    family = {t for t in want if not t.endswith("GB")}
+    if not family <= have:
+        return False
+    sizes = [int(t[:-2]) for t in want if t.endswith("GB")]
+    if not sizes:
+        return True
+    if any(t.endswith("GB") for t in have):
+        return all(f"{n}GB" in have for n in sizes)
+    if memory_total_mib:
+        return all(abs(memory_total_mib / 1024 - n) <= max(1.5, 0.02 * n) for n in sizes)
+    return True
+
+
 def _gpu_checks(hw, observed, expect):
     out = []
     smi = observed.get("nvidia_smi") or {}
@@ -73,8 +95,8 @@ def _gpu_checks(hw, observed, expect):
     bad = []
     for gpu in gpus:
         name = gpu.get("product_name") or ""
-        tokens = product_tokens(models.get(gpu["pci_address"]) or "")
-        if (want and name != want) or (not want and not tokens <= product_tokens(name)):
+        model = models.get(gpu["pci_address"]) or ""
+        if (want and name != want) or (not want and not product_matches(model, name, gpu.get("memory_total_mib"))):
             bad.append(f"{gpu['pci_address']} is {name!r}")
     expected_product = want or " ".join(sorted(product_tokens(hw.get("gpu_product") or "")))
     out.append(_entry("gpu_product", "fail" if bad else "pass", expected_product,

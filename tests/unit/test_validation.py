@@ -162,6 +162,19 @@ def test_product_tokens_join_both_naming_schemes(hw):
     assert failed(checks) == [("gpu_product", None)]
 
 
+@pytest.mark.parametrize(("model", "name", "mib", "ok"), [
+    ("H100 SXM5 80GB", "NVIDIA H100 80GB HBM3", 81559, True),
+    # nvidia-smi names the PCIe card without its memory: the memory total decides.
+    ("H100 PCIe 80GB", "NVIDIA H100 PCIe", 81559, True),
+    ("H100 PCIe 80GB", "NVIDIA H100 PCIe", 40960, False),
+    ("H100 PCIe 80GB", "NVIDIA H100 PCIe", None, True),
+    ("H100 SXM5 80GB", "NVIDIA H100 94GB HBM3", 95830, False),
+    ("H100 SXM5 80GB", "NVIDIA A100-SXM4-80GB", 81920, False),
+])
+def test_product_matches_names_with_and_without_memory(model, name, mib, ok):
+    assert validation.product_matches(model, name, mib) is ok
+
+
 def test_affinity_roce_accl_vfs_qos(hw):
     node = hw["hgx-h100"]
     observed = converged(node)
