@@ -7,20 +7,15 @@ emulator. A Ready Node of the host's name stops the join before anything is writ
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-from pathlib import Path
 
 import kubernetes
 import pytest
-import yaml
 from kubernetes.dynamic import DynamicClient
+from local_play import free_port, run_play  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer
 
-REPO = Path(__file__).resolve().parents[2]
 PLAY = """---
 - name: Run the join tasks of kubernetes_node on a host that has no kubelet.conf
   hosts: gpu_nodes
@@ -35,17 +30,10 @@ PLAY = """---
 """
 
 
-def free_port() -> int:
-    for port in range(16500, 16510):  # this module's range, apart from the other tests'
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
-
 
 @pytest.fixture
 def api(tmp_path):
-    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+    with RunningServer(tmp_path / "kapi", free_port(16500, 16510)) as srv:
         yield srv, DynamicClient(kubernetes.config.new_client_from_config(srv.kubeconfig))
 
 
@@ -54,13 +42,7 @@ def _play(tmp_path, kubeconfig, **extra):
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "kubernetes_node_kubeconfig": kubeconfig, "kubernetes_node_api_server": "127.0.0.1:6443",
         "kubernetes_node_join_token": "abcdef.0123456789abcdef", **extra}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(PLAY)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, check=False,
-                          timeout=600)
+    return run_play(tmp_path, inventory, PLAY)
 
 
 def test_a_ready_node_of_the_same_name_stops_the_join(tmp_path, api):

@@ -8,21 +8,16 @@ re-run changes nothing; on fail the taint comes back.
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
-from pathlib import Path
 
 import kubernetes
 import pytest
-import yaml
 from kubernetes.dynamic import DynamicClient
+from local_play import free_port, run_play  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer
 
-REPO = Path(__file__).resolve().parents[2]
 KEY = "gpunode.mlplatform.io/not-validated"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 PLAY = """---
@@ -37,17 +32,10 @@ PLAY = """---
 """
 
 
-def free_port() -> int:
-    for port in range(16510, 16520):  # this module's range, apart from the other tests'
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
-
 
 @pytest.fixture
 def api(tmp_path):
-    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+    with RunningServer(tmp_path / "kapi", free_port(16510, 16520)) as srv:
         dyn = DynamicClient(kubernetes.config.new_client_from_config(srv.kubeconfig))
         nodes = dyn.resources.get(api_version="v1", kind="Node")
         only = {"key": KEY, "value": "true", "effect": "NoSchedule"}
@@ -71,13 +59,7 @@ def _gate(tmp_path, srv, status):
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "validation_manage_taint": True, "validation_kubeconfig": srv.kubeconfig, "validation_fail_hosts": False,
         "validation_results_dir": str(tmp_path / "results" / "{{ inventory_hostname }}")}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(PLAY)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_FORCE_COLOR": "0"}
-    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.yml"),
-                           str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, check=False,
-                          timeout=600)
+    proc = run_play(tmp_path, inventory, PLAY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recap = dict(re.findall(r"^(gpu-[ab])\s+:.*changed=(\d+)", proc.stdout, re.M))
     return proc, {h: int(n) for h, n in recap.items()}
