@@ -85,8 +85,11 @@ def _hook_parser(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--host", default=None)
     st.add_argument("--run", dest="run_id", type=int, default=None)
     st.add_argument("--json", action="store_true")
-    sign = cmds.add_parser("sign", help="print the phone_home ?sig= of a machine (auth: hmac)")
-    sign.add_argument("--instance-id", required=True)
+    sign = cmds.add_parser("sign", help="print the per-machine phone_home ?sig= (auth: hmac)")
+    sign.add_argument("--instance-id", required=True, help="the machine's instance id (MAAS system_id)")
+    sign.add_argument("--hostname", required=True, help="the host name the machine posts (short name)")
+    forget = cmds.add_parser("forget", help="drop hosts' bound identity (instance id, host keys) to re-key them")
+    forget.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME")
 
 
 def _run_hook(args: argparse.Namespace) -> int:
@@ -108,7 +111,9 @@ def _run_hook(args: argparse.Namespace) -> int:
         return service.serve(config)
     if args.hook_cmd == "run":
         return service.run_hosts(config, args.hosts)
-    print(phone_home_signature(config.secret(), args.instance_id))
+    if args.hook_cmd == "forget":
+        return service.forget(config, args.hosts)
+    print(phone_home_signature(config.secret(), args.instance_id, args.hostname))
     return 0
 
 

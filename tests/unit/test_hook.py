@@ -153,15 +153,29 @@ def test_phone_home_form_is_recorded_queued_and_seeds_known_hosts(site):
     assert set(req["host_keys"]) == {"pub_key_rsa", "pub_key_ecdsa", "pub_key_ed25519"}
     lines = config.known_hosts.read_text().splitlines()
     assert sorted(lines) == sorted(f"node-a,node-a.gpu.example.net {k}" for k in (RSA, ECDSA, ED25519))
-    # A redeployment with a new key replaces the host's lines and keeps other hosts'.
+    assert config.known_hosts.stat().st_mode & 0o777 == 0o600
+    # The site secret proves nothing about which machine posts: new keys for a known host are refused.
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-b", "i-b"))
     new_key = ED25519[:-8] + "AAAAAAA="
     form = dict(phone_home_form("node-a", "i-new"), pub_key_rsa="N/A", pub_key_ecdsa="N/A", pub_key_ed25519=new_key)
-    assert client.post(f"/v1/phone-home?token={SECRET}", data=form).json()["outcome"] == "duplicate"  # still queued
+    refused = client.post(f"/v1/phone-home?token={SECRET}", data=form)
+    assert refused.status_code == 409
+    assert "instance_id i-new (bound: i-abc123)" in refused.json()["error"]
+    assert "host keys ssh-ed25519 SHA256:" in refused.json()["error"]
+    assert store.host("node-a")["instance_id"] == "i-abc123"
+    assert config.known_hosts.read_text().splitlines() == lines + known_lines(config, "node-b")
+    # The operator re-keys it: forgotten, the next post is a first contact again; other hosts' lines stay.
+    assert store.forget("node-a") is True
+    Hook(config, store).forget_known_hosts("node-a", "node-a.gpu.example.net")
+    assert client.post(f"/v1/phone-home?token={SECRET}", data=form).json()["outcome"] == "queued"
     assert store.host("node-a")["instance_id"] == "i-new"
     lines = config.known_hosts.read_text().splitlines()
     assert [line for line in lines if line.startswith("node-a,")] == [f"node-a,node-a.gpu.example.net {new_key}"]
     assert len([line for line in lines if line.startswith("node-b,")]) == 3
+
+
+def known_lines(config: HookConfig, host: str) -> list[str]:
+    return [line for line in config.known_hosts.read_text().splitlines() if line.startswith(f"{host},")]
 
 
 @pytest.mark.parametrize(("kwargs", "status", "reason"), [
@@ -201,26 +215,80 @@ def test_gets_need_the_credential_too(site):
     assert client.get("/v1/runs/1", headers={"Authorization": f"Bearer {SECRET}"}).status_code == 404
 
 
-def test_hmac_mode_signs_phone_home_instance_id_and_json_bodies(site):
+def signed(body: bytes, *, ts: str | None = None, nonce: str | None = None, secret: bytes = SECRET.encode()) -> dict:
+    """The headers of an HMAC-signed request (a fresh nonce unless given)."""
+    ts = str(int(time.time())) if ts is None else ts
+    nonce = os.urandom(16).hex() if nonce is None else nonce
+    return {"X-Gpunode-Timestamp": ts, "X-Gpunode-Nonce": nonce,
+            "X-Gpunode-Signature": hreq.body_signature(secret, ts, nonce, body), "Content-Type": "application/json"}
+
+
+def test_hmac_mode_signs_phone_home_per_machine_and_json_bodies_once(site):
     config = make_config(site, auth="hmac")
     store = Store(config.db_path)
     client = client_for(config, store)
     secret = SECRET.encode()
-    good = hreq.phone_home_signature(secret, "i-abc123")
+    good = hreq.phone_home_signature(secret, "i-abc123", "node-a")
     assert client.post(f"/v1/phone-home?sig={good}", data=phone_home_form("node-a")).status_code == 202
-    bad = client.post(f"/v1/phone-home?sig={good}", data=phone_home_form("node-b", "i-other"))
-    assert (bad.status_code, bad.json()["error"]) == (401, "?sig=: does not match instance_id")
+    # The signature is node-a's: it signs its instance id and host name, so it speaks for no other host.
+    for form in (phone_home_form("node-b", "i-abc123"), phone_home_form("node-b", "i-other")):
+        bad = client.post(f"/v1/phone-home?sig={good}", data=form)
+        assert (bad.status_code, bad.json()["error"]) == (401, "?sig=: does not match instance_id and hostname")
     body = json.dumps({"host": "node-c", "instance_id": "i-c"}).encode()
-    ts = str(int(time.time()))
-    headers = {"X-Gpunode-Timestamp": ts, "X-Gpunode-Signature": hreq.body_signature(secret, ts, body),
-               "Content-Type": "application/json", "X-Gpunode-Source": "capi"}
+    headers = dict(signed(body), **{"X-Gpunode-Source": "capi"})
     assert client.post("/v1/hosts", content=body, headers=headers).status_code == 202
+    replay = client.post("/v1/hosts", content=body, headers=headers)
+    assert (replay.status_code, replay.json()["error"]) == (401, "X-Gpunode-Nonce: already used (a replayed request)")
     stale = str(int(time.time()) - 3600)
-    headers.update({"X-Gpunode-Timestamp": stale, "X-Gpunode-Signature": hreq.body_signature(secret, stale, body)})
-    resp = client.post("/v1/hosts", content=body, headers=headers)
+    resp = client.post("/v1/hosts", content=body, headers=signed(body, ts=stale))
     assert resp.status_code == 401 and "clock" in resp.json()["error"]
+    for ts in ("nan", "inf", "-inf", "1e400", "NaN", ""):
+        resp = client.post("/v1/hosts", content=body, headers=signed(body, ts=ts))
+        assert resp.status_code == 401 and "not a finite number" in resp.json()["error"], ts
+    resp = client.post("/v1/hosts", content=body, headers=signed(body, nonce="short"))
+    assert resp.status_code == 401 and "X-Gpunode-Nonce" in resp.json()["error"]
+    tampered = dict(signed(body), **{"X-Gpunode-Nonce": os.urandom(16).hex()})
+    resp = client.post("/v1/hosts", content=body, headers=tampered)
+    assert resp.status_code == 401 and "does not match" in resp.json()["error"]
     assert [h["name"] for h in store.hosts()] == ["node-a", "node-c"]
-    assert store.requests("node-c")[0]["source"] == "capi"
+    assert [r["source"] for r in store.requests("node-c")] == ["capi"]
+    # A body signature covers host, instance id and keys: it proves a re-deployment's new identity.
+    new_keys = {"ed25519": ED25519[:-4] + "AAA="}
+    body = json.dumps({"host": "node-a", "instance_id": "i-redeployed", "host_keys": new_keys})
+    resp = client.post("/v1/hosts", content=body.encode(), headers=signed(body.encode()))
+    assert (resp.status_code, resp.json()["outcome"]) == (202, "duplicate")  # still queued from the first post
+    assert store.identity("node-a")["instance_id"] == "i-redeployed"
+    assert known_lines(config, "node-a") == [f"node-a,node-a.gpu.example.net {ED25519[:-4]}AAA="]
+    # ?token= and ?sig= are phone_home's; the JSON endpoint and the GETs take headers only.
+    assert client.get("/v1/hosts", headers=signed(b"")).status_code == 200
+    assert client.get(f"/v1/hosts?sig={good}").status_code == 401
+
+
+def test_query_token_is_for_phone_home_only(site):
+    config = make_config(site)
+    client = client_for(config, Store(config.db_path))
+    resp = client.post(f"/v1/hosts?token={SECRET}", json={"host": "node-a"})
+    assert resp.status_code == 401 and resp.json()["error"] == "missing credential: send Authorization: Bearer <secret>"
+    assert client.get(f"/v1/hosts?token={SECRET}").status_code == 401
+    assert client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a")).status_code == 202
+
+
+def test_a_host_cannot_take_another_hosts_fqdn_or_keys(site):
+    config = make_config(site)
+    store = Store(config.db_path)
+    client = client_for(config, store)
+    url = f"/v1/phone-home?token={SECRET}"
+    assert client.post(url, data=phone_home_form("node-a")).status_code == 202
+    # A new host name claiming node-a's FQDN would replace node-a's known_hosts lines.
+    resp = client.post(url, data=dict(phone_home_form("evil", "i-evil"), fqdn="node-a.gpu.example.net"))
+    assert resp.status_code == 409 and "fqdn node-a.gpu.example.net belongs to host node-a" in resp.json()["error"]
+    assert store.host("evil") is None and store.requests("evil")[0]["outcome"] == "refused"
+    # A JSON post with a subset of the bound keys changes nothing; operator posts (no keys) are fine.
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    resp = client.post("/v1/hosts", json={"host": "node-a", "host_keys": {"ed25519": ED25519}}, headers=auth)
+    assert resp.status_code == 202
+    assert len(store.identity("node-a")["host_keys"]) == 3 and len(known_lines(config, "node-a")) == 3
+    assert client.post("/v1/hosts", json={"host": "node-a", "force": True}, headers=auth).status_code == 202
 
 
 # -- the worker --------------------------------------------------------------------------------
@@ -239,6 +307,7 @@ def test_duplicate_posts_for_one_host_give_one_run(site):
     # Posting again for the same deployment does not run it again; a redeployment does.
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a"))
     assert drain(Worker(config, store)) == []
+    store.forget("node-a")  # re-deployed without MAAS to vouch for it: the operator re-keys it
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-a", "i-redeployed"))
     [rerun] = drain(Worker(config, store))
     assert rerun["hosts"] == ["node-a"]
@@ -417,7 +486,8 @@ class FakeMaas:
     """A MAAS API 2.0 endpoint with two machines; records the tag calls."""
 
     def __init__(self):
-        self.machines = {"node-a": {"system_id": "abc123", "status_name": "Deploying", "hostname": "node-a"},
+        self.machines = {"node-a": {"system_id": "abc123", "status_name": "Deploying", "hostname": "node-a",
+                                    "deploy_time": "2026-12-01T09:00:00"},
                          "node-b": {"system_id": "def456", "status_name": "Ready", "hostname": "node-b"}}
         self.tags: dict[str, list[str]] = {}
 
@@ -460,6 +530,18 @@ def test_maas_cross_check_and_tag_write_back(site):
     assert [h["name"] for h in store.hosts()] == ["node-a"]
     drain(Worker(config, store, on_finished=tag_writer(config, store, maas)))
     assert fake.tags == {"gpunode-validated": ["abc123"]}
+    # New host keys for the same deployment are refused; once MAAS reports a new deploy time the
+    # machine was re-deployed, and its new keys are bound and it is queued again.
+    new_key = ED25519[:-8] + "AAAAAAA="
+    rekeyed = dict(phone_home_form("node-a", "abc123"), pub_key_ed25519=new_key)
+    resp = client.post(url, data=rekeyed)
+    assert resp.status_code == 409 and "host keys ssh-ed25519" in resp.json()["error"]
+    assert ED25519 in store.identity("node-a")["host_keys"].values()
+    fake.machines["node-a"]["deploy_time"] = "2026-12-01T11:30:00"
+    resp = client.post(url, data=rekeyed)
+    assert (resp.status_code, resp.json()["outcome"]) == (202, "queued")
+    assert store.identity("node-a")["host_keys"]["pub_key_ed25519"] == new_key
+    assert f"node-a,node-a.gpu.example.net {new_key}" in known_lines(config, "node-a")
 
 
 def test_capi_machine_annotation_write_back(site, tmp_path):
@@ -538,3 +620,21 @@ def test_cli_run_and_status(site, capsys):
     assert capsys.readouterr().out == "host nope: not found\n"
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--host", "node-c"]) == 0
     assert capsys.readouterr().out.split()[:2] == ["node-c", "queued"]
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "forget", "--host", "node-c"]) == 0
+    assert capsys.readouterr().out == "host node-c: forgotten; its next request binds its identity again\n"
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "forget", "--host", "node-c"]) == 1
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "sign", "--instance-id", "i-c", "--hostname", "node-c"]) == 0
+    assert capsys.readouterr().out.split()[-1] == hreq.phone_home_signature(SECRET.encode(), "i-c", "node-c")
+
+
+def test_status_into_a_closed_pipe_ends_quietly(site):
+    store = Store(site / "state" / "hook.db")
+    for i in range(3000):
+        store.record_request(source="operator", host=f"node-{i:04d}", instance_id=None, fqdn=None, host_keys={},
+                             peer=None)
+    store.close()
+    pipeline = f"{sys.executable} -m gpunode.cli hook --state-dir {site / 'state'} status | head -n 2"
+    status = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True, check=False,
+                            env=dict(os.environ, PYTHONPATH=str(Path(cli.__file__).parents[1])))
+    assert status.stdout.splitlines()[0].split()[:2] == ["node-0000", "queued"]
+    assert "Traceback" not in status.stderr and "BrokenPipe" not in status.stderr, status.stderr

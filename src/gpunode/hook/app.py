@@ -1,17 +1,24 @@
 """The hook's HTTP service (Starlette, served by uvicorn).
 
-Every request is authenticated (``requests.authenticate``); a POST is validated, optionally
-cross-checked against MAAS, and committed to SQLite before the 202 answer. Refusals are 4xx with
-a JSON ``{"error": <reason>}`` and record nothing. The access log names method, path (never the
-query string, which may carry a phone_home token), status and peer.
+Limits come before reading: the credential is checked from the headers and URL before any of the
+body is read (``requests.precheck``), and the body is read as it streams, refused with 413 the
+moment it passes ``MAX_BODY`` (a chunked body is never buffered whole). Signatures are then
+verified against the body, and a request nonce is used at most once (``Store.use_nonce``). A POST
+is validated, optionally cross-checked against MAAS, checked against the host's identity bound at
+first contact, and committed to SQLite before the 202 answer. A request that would change another
+machine's identity gets 409 and is recorded as ``refused``; other refusals are 4xx with a JSON
+``{"error": <reason>}`` and record nothing. The access log names method, path (never the query
+string, which may carry a phone_home token or signature), status and peer.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -22,11 +29,13 @@ from starlette.routing import Route
 from gpunode.hook.config import HookConfig
 from gpunode.hook.maas import MaasClient, MaasError
 from gpunode.hook.requests import (
+    Credential,
     RequestError,
-    authenticate,
     merge_known_hosts,
     parse_json_request,
     parse_phone_home,
+    precheck,
+    verify,
 )
 from gpunode.hook.store import Store
 
@@ -53,8 +62,24 @@ class Hook:
         with self._known_hosts_lock:
             existing = path.read_text() if path.exists() else ""
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(merge_known_hosts(existing, host, fqdn, keys))
-            tmp.chmod(0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(merge_known_hosts(existing, host, fqdn, keys))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+
+
+    def forget_known_hosts(self, host: str, fqdn: str | None) -> None:
+        """Remove every known_hosts line naming the host or its FQDN."""
+        path: Path = self.config.known_hosts
+        with self._known_hosts_lock:
+            if not path.exists():
+                return
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(merge_known_hosts(path.read_text(), host, fqdn, {}))
+            tmp.chmod(0o600)
             tmp.replace(path)
 
 
@@ -67,35 +92,60 @@ def _access(request: Request, status: int, detail: str = "") -> None:
     log.info("%s %s %d %s%s", request.method, request.url.path, status, peer, f" ({detail})" if detail else "")
 
 
-async def _authenticated(request: Request, hook: Hook, *, instance_id: str | None = None,
-                         body: bytes = b"") -> None:
-    authenticate(mode=hook.config.auth, secret=hook.secret, headers={k.lower(): v for k, v in request.headers.items()},
-                 query=dict(request.query_params), body=body, instance_id=instance_id,
-                 max_skew=hook.config.hmac_max_skew)
+def _precheck(request: Request, hook: Hook, *, allow_query: bool) -> Credential:
+    """The credential, checked from headers and URL alone (before the body is read)."""
+    return precheck(mode=hook.config.auth, secret=hook.secret,
+                    headers={k.lower(): v for k, v in request.headers.items()},
+                    query=dict(request.query_params), allow_query=allow_query, max_skew=hook.config.hmac_max_skew)
+
+
+def _verify(hook: Hook, credential: Credential, body: bytes, **signed) -> None:
+    """Verify the signature against the body, then use its nonce (a second use is a replay)."""
+    verify(credential, secret=hook.secret, body=body, **signed)
+    if credential.nonce and not hook.store.use_nonce(credential.nonce, window=2 * hook.config.hmac_max_skew + 1):
+        raise RequestError(401, "X-Gpunode-Nonce: already used (a replayed request)")
 
 
 async def _body(request: Request) -> bytes:
+    """The body, read as it streams and refused once it passes MAX_BODY (never buffered beyond it)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
         raise RequestError(413, f"body: larger than {MAX_BODY} bytes")
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise RequestError(413, f"body: larger than {MAX_BODY} bytes")
-    return body
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise RequestError(413, f"body: larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
-def _accept(request: Request, hook: Hook, source: str, parsed: dict) -> JSONResponse:
+def _accept(request: Request, hook: Hook, source: str, parsed: dict, credential: Credential) -> JSONResponse:
+    proves = credential.proves
+    deploy_time = None
     if hook.maas is not None and hook.config.maas_check:
         try:
-            hook.maas.check(parsed["host"], parsed["instance_id"])
+            machine = hook.maas.check(parsed["host"], parsed["instance_id"])
         except MaasError as exc:
             reason = str(exc)
             status = 503 if reason.startswith("MAAS GET") else 403
             raise RequestError(status, reason) from exc
+        # MAAS confirms that this system_id is this host name's machine, and when it was deployed.
+        if parsed["instance_id"]:
+            proves = proves | {"instance_id"}
+        deploy_time = str(machine["deploy_time"]) if machine.get("deploy_time") else None
     recorded = hook.store.record_request(source=source, host=parsed["host"], instance_id=parsed["instance_id"],
                                          fqdn=parsed["fqdn"], host_keys=parsed["host_keys"],
-                                         peer=request.client.host if request.client else None, force=parsed["force"])
-    hook.seed_known_hosts(parsed["host"], parsed["fqdn"], parsed["host_keys"])
+                                         peer=request.client.host if request.client else None, force=parsed["force"],
+                                         proves=proves, deploy_time=deploy_time)
+    if recorded["outcome"] == "refused":
+        _access(request, 409, f"{source} {parsed['host']}: refused: {recorded['conflict']}")
+        return JSONResponse({"error": recorded["conflict"], "request_id": recorded["request_id"],
+                             "outcome": "refused", "host": parsed["host"]}, status_code=409)
+    identity = hook.store.identity(parsed["host"]) or {}
+    row = hook.store.host(parsed["host"]) or {}
+    hook.seed_known_hosts(parsed["host"], row.get("fqdn") or parsed["fqdn"], identity.get("host_keys") or {})
     if hook.worker is not None and recorded["outcome"] != "duplicate":
         hook.worker.notify()
     _access(request, 202, f"{source} {parsed['host']}: {recorded['outcome']}")
@@ -105,21 +155,29 @@ def _accept(request: Request, hook: Hook, source: str, parsed: dict) -> JSONResp
 async def phone_home(request: Request) -> JSONResponse:
     hook: Hook = request.app.state.hook
     try:
+        credential = _precheck(request, hook, allow_query=True)
         body = await _body(request)
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("application/x-www-form-urlencoded"):
-            # Authenticate first so an anonymous caller learns nothing about the format.
-            await _authenticated(request, hook, body=body)
+            if credential.kind == "url_signature":  # it signs form fields: nothing to verify it against
+                raise RequestError(401, "?sig= signs the phone_home form's instance_id and hostname")
+            _verify(hook, credential, body)  # an anonymous caller learns nothing about the format
             raise RequestError(415, "phone_home: expected an application/x-www-form-urlencoded form")
-        form = dict((await request.form()).items())
-        instance_id = form.get("instance_id") or request.path_params.get("instance_id")
-        await _authenticated(request, hook, instance_id=instance_id if isinstance(instance_id, str) else None,
-                             body=body)
+        try:
+            form = dict(parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=32))
+        except (UnicodeDecodeError, ValueError):
+            raise RequestError(400, "phone_home: not a valid form") from None
+        instance_id = form.get("instance_id")
+        if instance_id in (None, "", "N/A"):
+            instance_id = request.path_params.get("instance_id")
+        _verify(hook, credential, body, instance_id=instance_id, hostname=form.get("hostname"))
         if "instance_id" in request.path_params and form.get("instance_id") not in (None, "N/A",
                                                                                       request.path_params["instance_id"]):
             raise RequestError(400, "instance_id: the form and the URL disagree")
-        parsed = parse_phone_home({k: str(v) for k, v in form.items()})
-        return await run_in_threadpool(_accept, request, hook, "phone_home", parsed)
+        if instance_id and form.get("instance_id") in (None, "", "N/A"):
+            form["instance_id"] = instance_id
+        parsed = parse_phone_home(form)
+        return await run_in_threadpool(_accept, request, hook, "phone_home", parsed, credential)
     except RequestError as exc:
         _access(request, exc.status, exc.reason)
         return _error(exc.status, exc.reason)
@@ -128,8 +186,9 @@ async def phone_home(request: Request) -> JSONResponse:
 async def post_host(request: Request) -> JSONResponse:
     hook: Hook = request.app.state.hook
     try:
+        credential = _precheck(request, hook, allow_query=False)
         body = await _body(request)
-        await _authenticated(request, hook, body=body)
+        _verify(hook, credential, body)
         try:
             data = json.loads(body or b"null")
         except ValueError:
@@ -138,7 +197,7 @@ async def post_host(request: Request) -> JSONResponse:
         source = request.headers.get("x-gpunode-source", "api")
         if source not in ("api", "capi", "operator"):
             raise RequestError(400, "X-Gpunode-Source: expected api, capi or operator")
-        return await run_in_threadpool(_accept, request, hook, source, parsed)
+        return await run_in_threadpool(_accept, request, hook, source, parsed, credential)
     except RequestError as exc:
         _access(request, exc.status, exc.reason)
         return _error(exc.status, exc.reason)
@@ -147,7 +206,7 @@ async def post_host(request: Request) -> JSONResponse:
 async def _guarded_get(request: Request, fetch) -> JSONResponse:
     hook: Hook = request.app.state.hook
     try:
-        await _authenticated(request, hook)
+        _verify(hook, _precheck(request, hook, allow_query=False), await _body(request))
     except RequestError as exc:
         _access(request, exc.status, exc.reason)
         return _error(exc.status, exc.reason)

@@ -29,11 +29,19 @@ class HookConfig:
     listen_port: int = 18080
     #: ``bearer``: ``Authorization: Bearer <secret>`` (or ``?token=`` for phone_home, which
     #: cannot send headers); ``hmac``: ``X-Gpunode-Signature: sha256=<hex>`` over
-    #: ``<X-Gpunode-Timestamp>.<body>`` (or ``?sig=`` = HMAC of the instance id for phone_home).
+    #: ``<X-Gpunode-Timestamp>.<X-Gpunode-Nonce>.<body>`` (or, for phone_home, ``?sig=`` = the
+    #: per-machine HMAC of instance id and host name, ``gpunode hook sign``).
     auth: str = "bearer"
     secret_file: Path | None = None
     secret_env: str = DEFAULT_SECRET_ENV
+    #: ``hmac``: seconds a signed request's timestamp may be off; its nonce is kept twice as long.
     hmac_max_skew: int = 300
+    #: TLS: a PEM certificate (chain) and its private key, served by uvicorn. Without them the
+    #: service speaks plain HTTP, and warns at start unless it listens on loopback only.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    #: Requests (connections) served at once; uvicorn answers 503 beyond it.
+    max_concurrent_requests: int = 64
     # The pipeline.
     project_dir: Path = Path(".")
     playbook: str = "playbooks/site.yml"
@@ -100,9 +108,16 @@ class HookConfig:
             raise ConfigError(f"limit_by: {self.limit_by!r} is not one of hostname, fqdn")
         if (self.maas_check or self.maas_tag) and not self.maas_url:
             raise ConfigError("maas_url: required when maas_check or maas_tag is set")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("tls_cert_file, tls_key_file: give both (a PEM certificate and its key) or neither")
+        for name in ("tls_cert_file", "tls_key_file"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).is_file():
+                raise ConfigError(f"{name} {value}: no such file")
         if self.capi_annotate and not self.capi_kubeconfig:
             raise ConfigError("capi_kubeconfig: required when capi_annotate is set")
-        for name in ("workers", "max_batch", "max_attempts", "run_timeout", "idle_timeout", "keep_artifacts"):
+        for name in ("workers", "max_batch", "max_attempts", "run_timeout", "idle_timeout", "keep_artifacts",
+                     "max_concurrent_requests", "hmac_max_skew"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}: must be at least 1")
         self.secret()
@@ -125,7 +140,8 @@ class HookConfig:
         return Path(self.state_dir) / "artifacts"
 
 
-_PATHS = {"state_dir", "secret_file", "project_dir", "run_secrets_file", "maas_api_key_file", "capi_kubeconfig"}
+_PATHS = {"state_dir", "secret_file", "project_dir", "run_secrets_file", "maas_api_key_file", "capi_kubeconfig",
+          "tls_cert_file", "tls_key_file"}
 
 
 def load_config(path: Path | None = None, **overrides) -> HookConfig:

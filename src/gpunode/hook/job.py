@@ -183,10 +183,12 @@ def run_job(spec: dict, cancel: threading.Event) -> dict:
         "artifacts": str(Path(spec["artifacts_dir"]) / f"run-{spec['run_id']}"),
     }
     out = Path(spec["result_path"])
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out.parent.chmod(0o700)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    tmp.chmod(0o640)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        fh.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    tmp.chmod(0o600)
     tmp.replace(out)
     return result
 

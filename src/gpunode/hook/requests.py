@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import time
 
@@ -38,53 +39,110 @@ class RequestError(ValueError):
         self.reason = reason
 
 
-def phone_home_signature(secret: bytes, instance_id: str) -> str:
-    """The ``?sig=`` value of a phone_home URL for one machine (HMAC-SHA256 of its instance id)."""
-    return hmac.new(secret, b"phone_home:" + instance_id.encode(), hashlib.sha256).hexdigest()
+#: ``X-Gpunode-Timestamp``: Unix seconds, a plain decimal (``nan``, ``inf``, exponents refused).
+_TIMESTAMP = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")
+#: ``X-Gpunode-Nonce``: 16 to 128 URL-safe characters, e.g. ``openssl rand -hex 16``.
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def body_signature(secret: bytes, timestamp: str, body: bytes) -> str:
-    """The ``X-Gpunode-Signature`` value of a JSON request: ``sha256=`` HMAC of ``<ts>.<body>``."""
-    return "sha256=" + hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+def phone_home_signature(secret: bytes, instance_id: str, hostname: str) -> str:
+    """The ``?sig=`` of one machine's phone_home URL: HMAC-SHA256 of its instance id and host name.
+
+    A per-machine credential: it proves that whoever posts holds this machine's user data, and it
+    signs the pair, so it cannot be used to speak for another host name or instance id.
+    """
+    message = b"phone_home:v2:" + instance_id.encode() + b"\n" + hostname.strip().lower().encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def authenticate(*, mode: str, secret: bytes, headers: dict[str, str], query: dict[str, str], body: bytes,
-                 instance_id: str | None = None, max_skew: int = 300, now: float | None = None) -> None:
-    """Raise RequestError(401) unless the request carries the site's credential.
+def body_signature(secret: bytes, timestamp: str, nonce: str, body: bytes) -> str:
+    """The ``X-Gpunode-Signature`` value: ``sha256=`` HMAC of ``<timestamp>.<nonce>.<body>``.
 
-    ``headers`` keys are lower case. ``bearer``: ``Authorization: Bearer <secret>`` or
-    ``?token=<secret>``. ``hmac``: ``X-Gpunode-Timestamp`` within ``max_skew`` seconds and
-    ``X-Gpunode-Signature`` over it and the body, or (phone_home) ``?sig=`` over the posted
-    ``instance_id``. Comparisons are constant-time.
+    The body carries host, instance id and host keys, so the signature covers all of them.
+    """
+    message = timestamp.encode() + b"." + nonce.encode() + b"." + body
+    return "sha256=" + hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+class Credential:
+    """What a request's credential is, checked as far as it can be before the body is read.
+
+    ``kind``: ``bearer`` (the site secret: proves nothing about which machine posts),
+    ``body_signature`` (``X-Gpunode-Signature``: covers host, instance id and keys) or
+    ``url_signature`` (phone_home ``?sig=``: covers instance id and host name).
+    """
+
+    def __init__(self, kind: str, *, signature: str = "", timestamp: str = "", nonce: str = ""):
+        self.kind = kind
+        self.signature = signature
+        self.timestamp = timestamp
+        self.nonce = nonce
+
+    @property
+    def proves(self) -> frozenset[str]:
+        """The identity fields this credential vouches for once verified."""
+        return {"body_signature": frozenset({"instance_id", "host_keys"}),
+                "url_signature": frozenset({"instance_id"})}.get(self.kind, frozenset())
+
+
+def precheck(*, mode: str, secret: bytes, headers: dict[str, str], query: dict[str, str],
+             allow_query: bool, max_skew: int = 300, now: float | None = None) -> Credential:
+    """Check the credential before any of the body is read; raise RequestError(401) when it fails.
+
+    ``headers`` keys are lower case. ``bearer``: ``Authorization: Bearer <secret>`` (or, when
+    ``allow_query`` — phone_home only — ``?token=<secret>``), verified here in full. ``hmac``:
+    ``X-Gpunode-Timestamp`` (finite, within ``max_skew`` seconds), ``X-Gpunode-Nonce`` and
+    ``X-Gpunode-Signature`` are checked for shape and time here and verified against the body by
+    ``verify``; phone_home may instead carry ``?sig=``. Comparisons are constant-time.
     """
     if mode == "bearer":
         auth = headers.get("authorization", "")
-        offered = auth[7:].strip() if auth[:7].lower() == "bearer " else query.get("token", "")
+        offered = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not offered and allow_query:
+            offered = query.get("token", "")
         if not offered:
             raise RequestError(401, "missing credential: send Authorization: Bearer <secret>"
-                                    " (or ?token= for phone_home)")
+                                    + (" (or ?token= for phone_home)" if allow_query else ""))
         if not hmac.compare_digest(offered.encode(), secret):
             raise RequestError(401, "invalid credential")
-        return
+        return Credential("bearer")
     signature = headers.get("x-gpunode-signature")
     if signature is not None:
-        timestamp = headers.get("x-gpunode-timestamp", "")
-        try:
-            skew = abs((time.time() if now is None else now) - float(timestamp))
-        except ValueError:
-            raise RequestError(401, "X-Gpunode-Timestamp: missing or not a number") from None
-        if skew > max_skew:
+        timestamp = headers.get("x-gpunode-timestamp", "").strip()
+        if not _TIMESTAMP.match(timestamp):
+            raise RequestError(401, "X-Gpunode-Timestamp: missing or not a finite number of Unix seconds")
+        skew = abs((time.time() if now is None else now) - float(timestamp))
+        if not math.isfinite(skew) or skew > max_skew:
             raise RequestError(401, f"X-Gpunode-Timestamp: more than {max_skew}s from the server's clock")
-        if not hmac.compare_digest(signature.encode(), body_signature(secret, timestamp, body).encode()):
-            raise RequestError(401, "X-Gpunode-Signature: does not match the body")
-        return
-    sig = query.get("sig")
+        nonce = headers.get("x-gpunode-nonce", "").strip()
+        if not _NONCE.match(nonce):
+            raise RequestError(401, "X-Gpunode-Nonce: missing or not 16-128 characters of [A-Za-z0-9_-]")
+        if not signature.startswith("sha256=") or not _HEX64.match(signature[7:]):
+            raise RequestError(401, "X-Gpunode-Signature: expected sha256=<64 hex digits>")
+        return Credential("body_signature", signature=signature, timestamp=timestamp, nonce=nonce)
+    sig = query.get("sig") if allow_query else None
     if sig is None:
-        raise RequestError(401, "missing credential: send X-Gpunode-Signature (or ?sig= for phone_home)")
-    if not instance_id:
-        raise RequestError(401, "?sig= signs instance_id, which the request does not carry")
-    if not hmac.compare_digest(sig.encode(), phone_home_signature(secret, instance_id).encode()):
-        raise RequestError(401, "?sig=: does not match instance_id")
+        raise RequestError(401, "missing credential: send X-Gpunode-Signature"
+                                + (" (or ?sig= for phone_home)" if allow_query else ""))
+    if not _HEX64.match(sig):
+        raise RequestError(401, "?sig=: expected 64 hex digits (gpunode hook sign)")
+    return Credential("url_signature", signature=sig)
+
+
+def verify(credential: Credential, *, secret: bytes, body: bytes, instance_id: str | None = None,
+           hostname: str | None = None) -> None:
+    """Verify a pre-checked signature against the body (or the posted instance id and host name)."""
+    if credential.kind == "body_signature":
+        expected = body_signature(secret, credential.timestamp, credential.nonce, body)
+        if not hmac.compare_digest(credential.signature.encode(), expected.encode()):
+            raise RequestError(401, "X-Gpunode-Signature: does not match timestamp, nonce and body")
+    elif credential.kind == "url_signature":
+        if not instance_id or not hostname:
+            raise RequestError(401, "?sig= signs instance_id and hostname, which the request does not both carry")
+        expected = phone_home_signature(secret, instance_id, hostname)
+        if not hmac.compare_digest(credential.signature.encode(), expected.encode()):
+            raise RequestError(401, "?sig=: does not match instance_id and hostname")
 
 
 def _hostname(value: object, field: str) -> str:

@@ -2,33 +2,59 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import uvicorn
 
 from gpunode.hook.app import Hook, create_app
 from gpunode.hook.config import HookConfig
 from gpunode.hook.maas import MaasClient, MaasError
-from gpunode.hook.store import Store
+from gpunode.hook.store import Store, StoreError, private_dir
 from gpunode.hook.worker import Worker
 
 log = logging.getLogger("gpunode.hook")
 
 
 def setup_logging(config: HookConfig) -> None:
-    """Log to stderr and to ``<state_dir>/hook.log`` (the log a secret scan reads)."""
-    config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Log to stderr and to ``<state_dir>/hook.log`` (0600; the log a secret scan reads)."""
+    private_dir(config.state_dir)
+    for sub in (config.results_dir, config.artifacts_dir, Path(config.state_dir) / "jobs"):
+        private_dir(sub)
+    log_path = Path(config.state_dir) / "hook.log"
+    os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    log_path.chmod(0o600)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger = logging.getLogger("gpunode.hook")
     logger.setLevel(logging.INFO)
     if not logger.handlers:
-        for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(config.state_dir / "hook.log")):
+        for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(log_path)):
             handler.setFormatter(fmt)
             logger.addHandler(handler)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``listen_host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_warning(config: HookConfig) -> str | None:
+    """The warning ``serve`` logs at start when it would speak plain HTTP beyond this machine."""
+    if config.tls_cert_file or is_loopback(config.listen_host):
+        return None
+    return (f"serving plain HTTP on {config.listen_host}: the hook's credentials and the posted host keys"
+            " cross the network in clear; set tls_cert_file and tls_key_file")
 
 
 def maas_client(config: HookConfig) -> MaasClient | None:
@@ -103,16 +129,23 @@ def serve(config: HookConfig) -> int:
     worker = Worker(config, store, on_finished=write_backs(tag_writer(config, store, maas), capi_writer(config, store)))
     hook = Hook(config, store, worker=worker, maas=maas)
     worker.start()
-    log.info("hook listening on %s:%d (auth %s, playbook %s, inventory %s)", config.listen_host, config.listen_port,
-             config.auth, config.playbook, config.inventory)
+    scheme = "https" if config.tls_cert_file else "http"
+    log.info("hook listening on %s://%s:%d (auth %s, playbook %s, inventory %s)", scheme, config.listen_host,
+             config.listen_port, config.auth, config.playbook, config.inventory)
+    warning = plain_http_warning(config)
+    if warning:
+        log.warning("%s", warning)
     stopping = []
     # The service's own handlers: uvicorn captures SIGINT/SIGTERM while it serves and re-raises
     # them once it has stopped; these handlers take that re-raise so the worker can still cancel
     # its run and requeue the hosts below. Runs never see them (they are other processes).
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    tls = {"ssl_certfile": str(config.tls_cert_file), "ssl_keyfile": str(config.tls_key_file)} \
+        if config.tls_cert_file else {}
     server = uvicorn.Server(uvicorn.Config(create_app(hook), host=config.listen_host, port=config.listen_port,
-                                           access_log=False, log_level="warning", lifespan="off"))
+                                           access_log=False, log_level="warning", lifespan="off",
+                                           limit_concurrency=config.max_concurrent_requests, **tls))
     try:
         server.run()
     finally:
@@ -164,12 +197,59 @@ def format_host(row: dict, run: dict | None) -> str:
             parts.append(f"message={o['message']!r}")
     if run is not None and run.get("result_path"):
         parts.append(f"result={run['result_path']}")
+    if row.get("refused"):
+        parts.append(f"refused={row['refused']}")
+    if row.get("interrupted_run"):
+        parts.append(f"note='re-run after interruption (run {row['interrupted_run']})'")
     return " ".join(parts)
+
+
+def forget(config: HookConfig, hosts: list[str], *, out=print) -> int:
+    """``gpunode hook forget --host H``: drop the hosts' bound identities and known_hosts lines.
+
+    For a machine re-deployed (or replaced) without MAAS to vouch for it: its next post is a first
+    contact again. Refused for a host with a run in progress.
+    """
+    if not config.db_path.exists():
+        out(f"no hook database at {config.db_path}")
+        return 1
+    store = Store(config.db_path)
+    hook = Hook(config, store)
+    rc = 0
+    try:
+        for host in hosts:
+            name = host.strip().lower()
+            row = store.host(name) or {}
+            try:
+                found = store.forget(name)
+            except StoreError as exc:
+                out(str(exc))
+                rc = 1
+                continue
+            hook.forget_known_hosts(name, row.get("fqdn"))
+            out(f"host {name}: {'forgotten; its next request binds its identity again' if found else 'not known'}")
+            log.info("operator: forgot host %s", name)
+            rc = rc if found else 1
+        return rc
+    finally:
+        store.close()
 
 
 def status(config: HookConfig, *, host: str | None = None, run_id: int | None = None, as_json: bool = False,
            out=print) -> int:
-    """``gpunode hook status``: hosts (or one host, or one run) from the hook's database."""
+    """``gpunode hook status``: hosts (or one host, or one run) from the hook's database.
+
+    A reader that closes the pipe early (``gpunode hook status | head``) ends it quietly.
+    """
+    try:
+        return _status(config, host=host, run_id=run_id, as_json=as_json, out=out)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json: bool, out) -> int:
     if not config.db_path.exists():
         out(f"no hook database at {config.db_path}")
         return 1

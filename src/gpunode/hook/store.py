@@ -1,14 +1,22 @@
 """The hook's durable state: every request, the per-host queue and every run, in one SQLite file.
 
 A request is committed (WAL, ``synchronous=FULL``) before the service answers 2xx, so a request the
-client saw accepted survives a crash or restart. Hosts move ``queued`` → ``running`` → ``ok`` |
+client saw accepted survives a crash or restart. A host's identity (instance id, SSH host keys) is
+bound at first contact (``identities``): a later request that would change it without proving it
+is refused and recorded as ``refused`` with the conflict named. Used request nonces are kept
+(``nonces``) until their time window has passed. The database, its WAL and SHM files are 0600.
+
+Hosts move ``queued`` → ``running`` → ``ok`` |
 ``failed`` (or back to ``queued`` for a bounded retry); a host is in at most one run at a time
 because the claim that moves it to ``running`` is one ``BEGIN IMMEDIATE`` transaction.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -49,7 +57,59 @@ CREATE TABLE IF NOT EXISTS runs (
     result TEXT,
     result_path TEXT
 );
+CREATE TABLE IF NOT EXISTS identities (
+    name TEXT PRIMARY KEY,
+    instance_id TEXT,
+    host_keys TEXT NOT NULL DEFAULT '{}',
+    deploy_time TEXT,
+    bound_at REAL NOT NULL,
+    bound_by TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nonces (
+    nonce TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL
+);
 """
+
+#: Columns added after the first release, created on an older database when it is opened.
+_ADDED_COLUMNS = {"requests": {"detail": "TEXT"}, "hosts": {"interrupted_run": "INTEGER"}}
+
+class StoreError(RuntimeError):
+    """A store operation is not possible now; the message says why."""
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it 0700; return it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def key_fingerprint(key: str) -> str:
+    """OpenSSH's ``SHA256:`` fingerprint of a ``<type> <base64>`` key line."""
+    blob = base64.b64decode(key.split()[1] + "==")
+    return key.split()[0] + " SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def identity_conflict(host: str, ident: dict, bound_keys: dict[str, str], instance_id: str | None,
+                      host_keys: dict[str, str], proves: frozenset[str] | set[str]) -> str | None:
+    """Why a request may not change ``host``'s bound identity, or None when it may (pure)."""
+    parts = []
+    if instance_id and ident["instance_id"] and instance_id != ident["instance_id"] and "instance_id" not in proves:
+        parts.append(f"instance_id {instance_id} (bound: {ident['instance_id']})")
+    offered = sorted(set(host_keys.values()) - set(bound_keys.values()))
+    if offered and bound_keys and "host_keys" not in proves:
+        bound = ", ".join(key_fingerprint(k) for k in sorted(set(bound_keys.values())))
+        parts.append(f"host keys {', '.join(key_fingerprint(k) for k in offered)} (bound: {bound})")
+    if not parts:
+        return None
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ident["bound_at"]))
+    return (f"identity conflict: {host} was bound at first contact ({ident['bound_by']}, {when});"
+            f" this request claims {' and '.join(parts)} without proving it"
+            f" (a signature over them, MAAS reporting a re-deployment, or `gpunode hook forget --host {host}`)")
+
 
 #: Host states a new request for the same deployment does not queue again.
 _COALESCED = ("queued", "running")
@@ -60,15 +120,32 @@ class Store:
 
     def __init__(self, path: Path):
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self.path = path
         self._lock = threading.Lock()
+        # SQLite creates the -wal and -shm files with the database file's mode: create it 0600 first.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        path.chmod(0o600)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
-        path.chmod(0o600)
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns.items():
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        # A database from before identities existed: bind each known host to what it last posted.
+        self._db.execute(
+            "INSERT OR IGNORE INTO identities (name, instance_id, host_keys, bound_at, bound_by, updated_at)"
+            " SELECT h.name, h.instance_id, COALESCE((SELECT r.host_keys FROM requests r WHERE r.host = h.name"
+            " AND r.host_keys != '{}' ORDER BY r.id DESC LIMIT 1), '{}'), h.updated_at, 'upgrade', h.updated_at"
+            " FROM hosts h")
+        for suffix in ("-wal", "-shm"):
+            extra = path.with_name(path.name + suffix)
+            if extra.exists():
+                extra.chmod(0o600)
 
     def close(self) -> None:
         with self._lock:
@@ -78,37 +155,70 @@ class Store:
 
     def record_request(self, *, source: str, host: str, instance_id: str | None, fqdn: str | None,
                        host_keys: dict[str, str], peer: str | None, force: bool = False,
+                       proves: frozenset[str] = frozenset(), deploy_time: str | None = None,
                        now: float | None = None) -> dict:
         """Record a request durably and queue its host unless a run for it is queued, running or done.
 
-        A host already ``queued`` or ``running`` is not queued twice (duplicate posts → one run);
-        a host that finished for the same ``instance_id`` is not run again unless ``force``; a new
-        ``instance_id`` (a redeployment) always queues. Returns ``{request_id, outcome, host}``.
+        Identity: the first request naming a host binds its instance id and host keys (each at the
+        first request that carries it). A later request whose instance id or keys differ is
+        refused — recorded with outcome ``refused`` and the conflict in ``detail``, the host and its
+        identity untouched — unless its credential proves the changed field (``proves``, from
+        ``requests.Credential``), or, for the keys, MAAS reports a ``deploy_time`` other than the
+        one recorded at binding (the machine was re-deployed).
+
+        Queueing: a host already ``queued`` or ``running`` is not queued twice (duplicate posts →
+        one run); a host that finished for the same deployment is not run again unless ``force``;
+        a new ``instance_id`` or a new MAAS ``deploy_time`` (a redeployment) queues. Returns
+        ``{request_id, outcome, host}`` plus ``conflict`` when refused.
         """
         now = time.time() if now is None else now
+        keys_json = json.dumps(host_keys, sort_keys=True)
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
+                ident = cur.execute("SELECT * FROM identities WHERE name = ?", (host,)).fetchone()
+                redeployed = False
+                conflict = None
+                rekey = ident is None
+                if ident is not None:
+                    bound_keys = json.loads(ident["host_keys"])
+                    redeployed = bool(deploy_time and ident["deploy_time"] and deploy_time != ident["deploy_time"])
+                    allowed = proves | ({"host_keys"} if redeployed else set())
+                    conflict = identity_conflict(host, dict(ident), bound_keys, instance_id, host_keys, allowed)
+                    # Keys are replaced on a proven change or when none were bound yet; a subset of the
+                    # bound keys (a JSON post with only the ed25519 key) leaves them as they are.
+                    rekey = bool(host_keys) and (not bound_keys or "host_keys" in allowed)
+                if conflict is None and fqdn:
+                    other = cur.execute("SELECT name FROM hosts WHERE fqdn = ? AND name != ?", (fqdn, host)).fetchone()
+                    if other is not None:
+                        conflict = (f"identity conflict: fqdn {fqdn} belongs to host {other['name']}, not {host}"
+                                    f" (`gpunode hook forget --host {other['name']}` if that machine is gone)")
                 row = cur.execute("SELECT * FROM hosts WHERE name = ?", (host,)).fetchone()
-                if row is None:
+                new_instance = bool(instance_id) and row is not None and instance_id != row["instance_id"]
+                if conflict is not None:
+                    outcome = "refused"
+                elif row is None:
                     outcome = "queued"
                 elif row["state"] in _COALESCED:
                     outcome = "duplicate"
-                    redeployed = bool(instance_id) and instance_id != row["instance_id"]
-                    if row["state"] == "running" and (force or redeployed):
+                    if row["state"] == "running" and (force or new_instance or redeployed):
                         outcome = "rerun"
-                elif force or (instance_id and instance_id != row["instance_id"]):
+                elif force or new_instance or redeployed:
                     outcome = "queued"
                 else:
                     outcome = "duplicate"
                 cur.execute(
-                    "INSERT INTO requests (received_at, source, host, instance_id, fqdn, host_keys, peer, outcome)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (now, source, host, instance_id, fqdn, json.dumps(host_keys, sort_keys=True), peer, outcome),
+                    "INSERT INTO requests (received_at, source, host, instance_id, fqdn, host_keys, peer, outcome,"
+                    " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (now, source, host, instance_id, fqdn, keys_json, peer, outcome, conflict),
                 )
                 request_id = cur.lastrowid
-                if row is None:
+                if outcome != "refused":
+                    self._bind(cur, ident, host, instance_id, host_keys if rekey else None, deploy_time, source, now)
+                if outcome == "refused":
+                    pass
+                elif row is None:
                     cur.execute(
                         "INSERT INTO hosts (name, instance_id, fqdn, state, queued_at, not_before, attempts,"
                         " last_request_id, updated_at) VALUES (?, ?, ?, 'queued', ?, ?, 0, ?, ?)",
@@ -118,7 +228,7 @@ class Store:
                     cur.execute(
                         "UPDATE hosts SET instance_id = COALESCE(?, instance_id), fqdn = COALESCE(?, fqdn),"
                         " state = 'queued', queued_at = ?, not_before = ?, attempts = 0, rerun = 0,"
-                        " last_request_id = ?, updated_at = ? WHERE name = ?",
+                        " interrupted_run = NULL, last_request_id = ?, updated_at = ? WHERE name = ?",
                         (instance_id, fqdn, now, now, request_id, now, host),
                     )
                 else:
@@ -131,7 +241,78 @@ class Store:
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-        return {"request_id": request_id, "outcome": outcome, "host": host}
+        out = {"request_id": request_id, "outcome": outcome, "host": host}
+        if conflict is not None:
+            out["conflict"] = conflict
+        return out
+
+    @staticmethod
+    def _bind(cur: sqlite3.Cursor, ident: sqlite3.Row | None, host: str, instance_id: str | None,
+              host_keys: dict[str, str] | None, deploy_time: str | None, source: str, now: float) -> None:
+        """Bind (first contact) or update (a proven or first-time field) a host's identity.
+
+        ``host_keys`` None keeps the bound keys.
+        """
+        keys_json = json.dumps(host_keys, sort_keys=True) if host_keys else None
+        if ident is None:
+            cur.execute("INSERT INTO identities (name, instance_id, host_keys, deploy_time, bound_at, bound_by,"
+                        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (host, instance_id, keys_json or "{}", deploy_time, now, source, now))
+            return
+        cur.execute("UPDATE identities SET instance_id = COALESCE(?, instance_id),"
+                    " host_keys = COALESCE(?, host_keys), deploy_time = COALESCE(?, deploy_time), updated_at = ?"
+                    " WHERE name = ?",
+                    (instance_id, keys_json, deploy_time, now, host))
+
+    def identity(self, host: str) -> dict | None:
+        """The identity bound to ``host``: instance_id, host_keys, deploy_time, bound_at, bound_by."""
+        with self._lock:
+            row = self._db.execute("SELECT * FROM identities WHERE name = ?", (host,)).fetchone()
+        if row is None:
+            return None
+        out = dict(row)
+        out["host_keys"] = json.loads(out["host_keys"])
+        return out
+
+    def forget(self, host: str) -> bool:
+        """``gpunode hook forget``: drop a host's bound identity and queue state (its history stays).
+
+        The next request for it is a first contact again. Refused while the host is running.
+        Returns False when the hook knows nothing of the host.
+        """
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                row = cur.execute("SELECT state FROM hosts WHERE name = ?", (host,)).fetchone()
+                if row is not None and row["state"] == "running":
+                    raise StoreError(f"host {host}: a run is in progress; forget it once the run has finished")
+                n = cur.execute("DELETE FROM identities WHERE name = ?", (host,)).rowcount
+                n += cur.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return n > 0
+
+    def use_nonce(self, nonce: str, *, window: float, now: float | None = None) -> bool:
+        """Record a request nonce for ``window`` seconds; False when it was already used in that time."""
+        now = time.time() if now is None else now
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute("DELETE FROM nonces WHERE expires_at < ?", (now,))
+                try:
+                    cur.execute("INSERT INTO nonces (nonce, expires_at) VALUES (?, ?)", (nonce, now + window))
+                    fresh = True
+                except sqlite3.IntegrityError:
+                    fresh = False
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return fresh
 
     def requests(self, host: str | None = None) -> list[dict]:
         with self._lock:
@@ -147,7 +328,10 @@ class Store:
         """After a restart: runs left ``running`` are ``interrupted`` and their hosts queued again.
 
         The interrupted attempt is not counted against the host (the service stopped, not the
-        host). Returns the hosts queued again.
+        host). Each such host keeps ``interrupted_run`` (the run it was in), which ``status`` shows
+        as "re-run after interruption" until a new deployment of it is queued. Running the
+        pipeline again is safe because every step of it is idempotent. Returns the hosts queued
+        again.
         """
         now = time.time() if now is None else now
         with self._lock:
@@ -156,8 +340,8 @@ class Store:
             hosts = [r["name"] for r in cur.execute("SELECT name FROM hosts WHERE state = 'running'")]
             cur.execute("UPDATE runs SET state = 'interrupted', finished_at = ? WHERE state = 'running'", (now,))
             cur.execute(
-                "UPDATE hosts SET state = 'queued', not_before = ?, attempts = MAX(attempts - 1, 0), updated_at = ?"
-                " WHERE state = 'running'",
+                "UPDATE hosts SET state = 'queued', not_before = ?, attempts = MAX(attempts - 1, 0),"
+                " interrupted_run = last_run_id, updated_at = ? WHERE state = 'running'",
                 (now, now),
             )
             cur.execute("COMMIT")
@@ -236,6 +420,7 @@ class Store:
                     summary = json.dumps((result.get("hosts") or {}).get(host, {}), sort_keys=True)
                     if state == "cancelled":
                         new, not_before, attempts = "queued", now, max(row["attempts"] - 1, 0)
+                        cur.execute("UPDATE hosts SET interrupted_run = ? WHERE name = ?", (run_id, host))
                     elif row["rerun"]:
                         new, not_before, attempts = "queued", now, 0
                     elif ok:
@@ -261,13 +446,16 @@ class Store:
     def host(self, name: str) -> dict | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM hosts WHERE name = ?", (name,)).fetchone()
-            count = self._db.execute("SELECT COUNT(*) FROM requests WHERE host = ?", (name,)).fetchone()[0]
+            count, refused = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(outcome = 'refused'), 0) FROM requests WHERE host = ?",
+                (name,)).fetchone()
         if row is None:
             return None
         out = dict(row)
         out["outcome"] = json.loads(out["outcome"]) if out["outcome"] else None
         out["rerun"] = bool(out["rerun"])
         out["requests"] = count
+        out["refused"] = refused
         return out
 
     def hosts(self) -> list[dict]:

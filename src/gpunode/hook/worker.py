@@ -170,7 +170,8 @@ class Worker:
     def start(self) -> None:
         requeued = self.store.recover()
         if requeued:
-            log.info("recovered %d host(s) from an interrupted run: %s", len(requeued), ", ".join(requeued))
+            log.info("recovered %d host(s) from an interrupted run: %s (queued to re-run after interruption;"
+                     " the pipeline is idempotent)", len(requeued), ", ".join(requeued))
         for i in range(self.config.workers):
             t = threading.Thread(target=self._loop, name=f"hook-worker-{i}", daemon=True)
             t.start()
