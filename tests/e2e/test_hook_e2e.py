@@ -8,6 +8,9 @@ The hook then runs the whole pipeline, playbooks/site.yml, through ansible-runne
 Kubernetes API emulator (``gpunode kapi``) as the control plane: the host must end ``ok``, validated
 (validation.json passed) and registered as a Ready Node without the ``not-validated`` taint.
 
+The hook serves HTTPS with a certificate from a test site CA (``tests/unit/testca.py``); the seed's
+``ca_certs`` gives cloud-init that CA, as the MAAS user data does (inventories/example/hook).
+
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
 
@@ -17,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +30,9 @@ import httpx
 import kubernetes
 import pytest
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from testca import make_ca  # noqa: E402 - the unit tests' helper, from tests/unit
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +57,7 @@ printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod 0755 /usr/sbin/policy-rc.d
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends cloud-init openssh-server >/tmp/hook-e2e-apt.log 2>&1 \
+apt-get install -y -qq --no-install-recommends cloud-init openssh-server ca-certificates >/tmp/hook-e2e-apt.log 2>&1 \
   || { tail -n 30 /tmp/hook-e2e-apt.log; exit 1; }
 rm -f /usr/sbin/policy-rc.d
 """
@@ -97,8 +104,10 @@ def hook(sim_host, tmp_path_factory):
        "-e", json.dumps({"gpunode_sim_kapi_port": KAPI_PORT, "gpunode_sim_kapi_dir": str(kapi)}), cwd=REPO)
     (work / "secret").write_text(SECRET + "\n")
     (work / "secret").chmod(0o600)
+    ca = make_ca(work / "ca")
     settings = {"state_dir": str(work / "state"), "project_dir": str(REPO), "playbook": PLAYBOOK,
                 "inventory": str(work / "hosts.yml"), "secret_file": str(work / "secret"), "listen_port": PORT,
+                "tls_cert_file": str(ca["cert"]), "tls_key_file": str(ca["key"]),
                 "run_secrets_file": str(kapi / "site-vars.yml"),
                 "run_env": {"GPUNODE_REPORT_DIR": str(work / "report")},
                 "batch_window": 1.0, "retry_delay": 5, "max_attempts": 1, "run_timeout": 2400}
@@ -110,7 +119,8 @@ def hook(sim_host, tmp_path_factory):
     try:
         for _ in range(150):
             try:
-                httpx.get(f"http://127.0.0.1:{PORT}/v1/hosts", timeout=1)
+                httpx.get(f"https://127.0.0.1:{PORT}/v1/hosts", timeout=1,
+                          verify=ssl.create_default_context(cafile=str(ca["ca"])))
                 break
             except httpx.TransportError:
                 time.sleep(0.2)
@@ -125,15 +135,18 @@ def hook(sim_host, tmp_path_factory):
 def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     in_host(INSTALL, timeout=900)
     # The NoCloud seed MAAS would render: instance id, hostname, and phone_home at the hook.
-    user_data = {"phone_home": {"url": f"http://127.0.0.1:{PORT}/v1/phone-home/$INSTANCE_ID?token={SECRET}",
+    ca_pem = (hook / "ca" / "ca.pem").read_text()
+    user_data = {"ca_certs": {"trusted": [ca_pem]},
+                 "phone_home": {"url": f"https://127.0.0.1:{PORT}/v1/phone-home/$INSTANCE_ID?token={SECRET}",
                                 "post": "all", "tries": 3}}
     seed = (f"mkdir -p /var/lib/cloud/seed/nocloud && cd /var/lib/cloud/seed/nocloud && "
             f"printf 'instance-id: {INSTANCE_ID}\\nlocal-hostname: {HOST}\\n' > meta-data && "
             f"printf '#cloud-config\\n%s\\n' '{json.dumps(user_data)}' > user-data")
     in_host(seed)
     # The host shares the controller's network namespace: cloud-init must not configure networking.
-    # Only the ssh module runs at init, which (re)generates the host keys as on a first boot.
-    in_host("printf 'network: {config: disabled}\\npreserve_hostname: true\\ncloud_init_modules: [ssh]\\n' "
+    # At init only ca_certs (installs the site CA the hook's certificate is from) and ssh (which
+    # (re)generates the host keys as on a first boot) run.
+    in_host("printf 'network: {config: disabled}\\npreserve_hostname: true\\ncloud_init_modules: [ca_certs, ssh]\\n' "
             "> /etc/cloud/cloud.cfg.d/99-gpunode-sim.cfg")
     in_host("cloud-init init")  # the network stage: finds the NoCloud seed and processes the user data
     # Once per instance, as at a first boot: the semaphore it leaves keeps cloud-init's own final
@@ -143,13 +156,17 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert "Failed to post phone home data" not in posted.stdout, posted.stdout
     assert "no 'phone_home' configuration found" not in posted.stdout, posted.stdout
 
+    # cloud-init's ca_certs put the site CA into the host's trust store (which the post then used).
+    ca_line = ca_pem.splitlines()[1]
+    assert in_host(f"grep -c -- '{ca_line}' /etc/ssl/certs/ca-certificates.crt", check=False).stdout.strip() == "1"
     auth = {"Authorization": f"Bearer {SECRET}"}
-    base = f"http://127.0.0.1:{PORT}"
-    recorded = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth)
+    base = f"https://127.0.0.1:{PORT}"
+    api = httpx.Client(headers=auth, verify=ssl.create_default_context(cafile=str(hook / "ca" / "ca.pem")))
+    recorded = api.get(f"{base}/v1/hosts/{HOST}")
     assert recorded.status_code == 200, f"the post was not recorded\n{(hook / 'serve.log').read_text()[-2000:]}"
     deadline = time.monotonic() + 2400
     while time.monotonic() < deadline:
-        host = httpx.get(f"{base}/v1/hosts/{HOST}", headers=auth).json()
+        host = api.get(f"{base}/v1/hosts/{HOST}", headers=auth).json()
         if host.get("state") in ("ok", "failed"):
             break
         time.sleep(2)
@@ -157,11 +174,11 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert host["state"] == "ok", f"{json.dumps(host, indent=1)}\n{serve_log[-3000:]}"
 
     # The request is the real cloud-init form.
-    store_requests = httpx.get(f"{base}/v1/hosts", headers=auth).json()
+    store_requests = api.get(f"{base}/v1/hosts", headers=auth).json()
     assert store_requests["counts"] == {"ok": 1}
     assert host["instance_id"] == INSTANCE_ID
     assert host["requests"] == 1
-    assert [r["hosts"] for r in httpx.get(f"{base}/v1/runs", headers=auth).json()["runs"]] == [[HOST]]
+    assert [r["hosts"] for r in api.get(f"{base}/v1/runs", headers=auth).json()["runs"]] == [[HOST]]
     # known_hosts holds exactly the host's own public keys.
     keys = in_host("cat /etc/ssh/ssh_host_*_key.pub").stdout.splitlines()
     expected = sorted(" ".join(k.split()[:2]) for k in keys)
@@ -171,7 +188,7 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert any(key.startswith("ssh-ed25519 ") for key in expected)
 
     # The run: per-host stats, the stage reached, the result file.
-    run = httpx.get(f"{base}/v1/runs/{host['last_run_id']}", headers=auth).json()
+    run = api.get(f"{base}/v1/runs/{host['last_run_id']}", headers=auth).json()
     assert run["state"] == "ok" and run["hosts"] == [HOST]
     result = json.loads(Path(run["result_path"]).read_text())
     mine = result["hosts"][HOST]
@@ -190,6 +207,13 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
     assert TAINT not in [t.key for t in node.spec.taints or []]
     assert (hook / "report" / "report.md").is_file()
+
+    # The state files are private: 0600 files (database, WAL, SHM, log, known_hosts, results), 0700 directories.
+    state = hook / "state"
+    modes = {str(p.relative_to(state)): p.stat().st_mode & 0o777
+             for p in [state, *state.iterdir(), *(state / "results").iterdir()]}
+    assert {k: v for k, v in modes.items() if v != (0o700 if (state / k).is_dir() else 0o600)} == {}, modes
+    assert {"hook.db", "hook.log", "known_hosts", "results"} <= set(modes)
 
     # No secret in the hook's artifacts, results, database or log.
     leaks = [str(p) for p in (hook / "state").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
