@@ -17,6 +17,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import
     compare,
     format_table,
 )
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
 class ActionModule(ActionBase):
@@ -26,16 +27,15 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("sources", "group_by", "default_group", "hosts", "output", "fail_on_drift"))
 
     def _gather(self, task_vars, hosts, sources, group_by, default_group):
-        """One pass over the hosts: each host's variables are read once (``hostvars[host]`` already
-        templates a value on access, so nothing is templated twice) -> ``({host: {fabric, entries}},
-        problems)``."""
-        hostvars = task_vars["hostvars"]
+        """One pass over the hosts: published contracts are taken as set_fact left them, anything
+        else is templated once through ``hostvars`` (plugin_utils/fleet_vars.py) -> ``({host:
+        {fabric, entries}}, problems)``."""
+        fleet = FleetVars(task_vars["hostvars"])
         gathered, problems = {}, []
         for host in hosts:
-            facts = hostvars[host]
             entries = []
             for source in sources:
-                value = facts.get(source)
+                value = fleet.get(host, source)
                 if value is None:
                     continue
                 if not isinstance(value, list):
@@ -47,7 +47,7 @@ class ActionModule(ActionBase):
                         problems.append(f"{host}: {source}[{index}]: {problem}")
                     if isinstance(entry, dict) and not bad:
                         entries.append({**entry, "source": source})
-            fabric = facts.get(group_by)
+            fabric = fleet.get(host, group_by)
             gathered[host] = {"fabric": default_group if fabric is None else fabric, "entries": entries}
         return gathered, problems
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
 def _wrap(func):
@@ -34,15 +35,24 @@ def cluster_objects(hosts, settings):
     return k8s_objects.build(dict(hosts), dict(settings))
 
 
+class _HostView:
+    def __init__(self, fleet, host):
+        self.fleet, self.host = fleet, host
+
+    def get(self, name, default=None):
+        return self.fleet.get(self.host, name, default)
+
+
 def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_discovery=False):
     """The ``cluster_objects`` input of every host in one pass over ``hostvars``: ``{host: {hw,
     node_name, fabric, transport, cpu, memory_mib, sriov_rails, adaptive_routing}}``."""
     out = {}
     vfs = int(vfs_per_rail)
+    fleet = FleetVars(hostvars)
     for host in hosts:
-        facts = hostvars[host]
+        facts = _HostView(fleet, host)
         hw = facts.get("gpunode_hw")
-        ansible_facts = facts.get("ansible_facts") or {}
+        ansible_facts = fleet.ansible_facts(host)
         sriov = facts.get("sriov_rails")
         if sriov is None:
             sriov = k8s_objects.sriov_rails_from_hw(hw, vfs) if sriov_rails_from_discovery and hw is not None else []
