@@ -240,3 +240,27 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
 def test_empty_directory_gives_an_empty_report(tmp_path):
     written = write_report(tmp_path, tmp_path / "out")
     assert "0 hosts" in written["report.md"][0].read_text()
+
+
+def test_fleet_report_action_renders_what_the_cli_renders(fleet_dir, tmp_path_factory):
+    """The collection's fleet_report action (what playbooks/report.yml runs) writes the same files as
+    ``gpunode report``, to the directory asked for, and rewrites nothing on a second run."""
+    import sys
+
+    from local_play import run_play  # tests/unit is on sys.path (rootdir-relative import mode)
+
+    out = tmp_path_factory.mktemp("action-out")
+    play = ("---\n- name: Report\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
+            "    - name: Write the fleet report\n      mlplatform.gpunode.fleet_report:\n"
+            f"        input: {fleet_dir}\n        output: {out}\n")
+    work = tmp_path_factory.mktemp("play")
+    inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                 "ansible_python_interpreter": sys.executable}}}}
+    first = run_play(work, inventory, play)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "changed=1" in first.stdout
+    expected = render(build(load_inputs(fleet_dir)))
+    assert (out / "report.html").read_text() == expected["report.html"]
+    assert (out / "report.md").read_text() == expected["report.md"]
+    second = run_play(work, inventory, play)
+    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout
