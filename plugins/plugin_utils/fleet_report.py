@@ -19,6 +19,7 @@ Every part is optional; a host appears when any part names it.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def _read_objects(path: Path) -> list[dict]:
 
 
 def load_inputs(directory: Path) -> dict:
-    """Read an input directory into ``{"hosts": {host: {...}}, "kueue": [objects]}``.
+    """Read an input directory into ``{"hosts": {host: {...}}, "kueue": [objects], "run": {id, time}}``
+    (``run`` from fleet.json: the run that wrote it).
 
     A host entry has ``fabric``, ``hw`` (the discovery result), ``contracts`` (source ->
     entries), ``validation`` (validation.json) and ``results`` (every other fetched file by name).
@@ -69,6 +71,7 @@ def load_inputs(directory: Path) -> dict:
         raise ReportInputError(f"{directory}: no such input directory")
     hosts: dict[str, dict] = {}
     kueue: list[dict] = []
+    run: dict = {}
 
     def host(name: str) -> dict:
         return hosts.setdefault(name, {"fabric": "default", "hw": None, "contracts": {}, "validation": None,
@@ -90,6 +93,8 @@ def load_inputs(directory: Path) -> dict:
                 if entries is not None:
                     entry["contracts"][source] = entries
         kueue.extend(o for o in fleet.get("kueue") or [] if isinstance(o, dict))
+        if isinstance(fleet.get("run"), dict):
+            run = {k: fleet["run"].get(k) for k in ("id", "time")}
 
     hosts_dir = directory / "hosts"
     if hosts_dir.is_dir():
@@ -111,7 +116,7 @@ def load_inputs(directory: Path) -> dict:
         for path in sorted(kueue_dir.iterdir()):
             if path.suffix in (".json", ".yaml", ".yml"):
                 kueue.extend(_read_objects(path))
-    return {"hosts": dict(sorted(hosts.items())), "kueue": kueue}
+    return {"hosts": dict(sorted(hosts.items())), "kueue": kueue, "run": run}
 
 
 def _value_key(value) -> str:
@@ -280,6 +285,44 @@ def _platform_name(platform: dict) -> str:
     return f"{vendor} {product}".strip() or "unknown"
 
 
+def reboot_summary(reboot: dict | None) -> str:
+    """One host's reboot.json as a line: ``failed: <reason>``, ``rebooted``, ``required, deferred``,
+    ``still rebooting (no verdict)`` or ``not needed``."""
+    if not isinstance(reboot, dict) or not reboot:
+        return "not needed"
+    if reboot.get("failed"):
+        return f"failed: {reboot.get('reason') or 'unknown'}"
+    if reboot.get("rebooting"):
+        return "still rebooting (no verdict)"
+    if reboot.get("deferred"):
+        return "required, deferred"
+    if reboot.get("rebooted"):
+        return "rebooted" + (", not applied: " + ", ".join(sorted(reboot["not_applied"]))
+                             if reboot.get("not_applied") else "")
+    return "required" if reboot.get("required") else "not needed"
+
+
+def collection_info() -> dict:
+    """``{"version", "commit"}`` of the collection this file belongs to: the version from galaxy.yml
+    (a checkout) or MANIFEST.json (an installed collection), the commit when it is a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    version = None
+    manifest = root / "MANIFEST.json"
+    if manifest.is_file():
+        version = (json.loads(manifest.read_text(encoding="utf-8")).get("collection_info") or {}).get("version")
+    elif (root / "galaxy.yml").is_file():
+        version = (yaml.safe_load((root / "galaxy.yml").read_text(encoding="utf-8")) or {}).get("version")
+    commit = None
+    if (root / ".git").exists():
+        try:
+            proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, check=False, timeout=10)
+            commit = proc.stdout.strip() or None if proc.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    return {"version": version, "commit": commit}
+
+
 def build(inputs: dict) -> dict:
     """Everything the templates render: ``fabrics`` (contract tables), ``hosts`` (per host: platform,
     fabric, rail rows, validation), ``kueue`` and the fleet ``summary``."""
@@ -297,6 +340,7 @@ def build(inputs: dict) -> dict:
             "nvswitches": len(hw.get("nvswitches") or []),
             "rails": rail_rows(hw, host.get("validation")),
             "validation": validation_summary(name, host.get("validation")),
+            "reboot": reboot_summary((host.get("results") or {}).get("reboot")),
         })
     drift = sum(len(f["drift"]) for f in contract["fabrics"].values())
     return {
@@ -369,9 +413,14 @@ def _write_if_changed(path: Path, text: str) -> bool:
 
 def write_report(input_dir: Path, output_dir: Path) -> dict[str, tuple[Path, bool]]:
     """Load ``input_dir``, render, write ``report.html``, ``report.md`` and ``report.json`` (the
-    built model) into ``output_dir``. A file whose content is unchanged is not rewritten.
-    Returns ``{name: (path, written)}``."""
-    report = build(load_inputs(Path(input_dir)))
+    built model) into ``output_dir``, headed by the collection version and commit and the id and
+    time of the run that wrote the results (fleet.json ``run``). A file whose content is unchanged
+    is not rewritten. Returns ``{name: (path, written)}``."""
+    inputs = load_inputs(Path(input_dir))
+    report = build(inputs)
+    run = inputs.get("run") or {}
+    report["meta"] = {**collection_info(), "run_id": run.get("id") or "unknown",
+                      "generated": run.get("time") or "unknown"}
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     texts = render(report)
