@@ -14,10 +14,11 @@ description:
   - Runs on the controller (action plugin); the report code and its templates are part of the collection, so a
     collection installed from Galaxy renders the report without anything else (the C(gpunode report) CLI of the
     project's repository calls the same code).
-  - Reads O(input), a results directory, C(fleet.json) (written by C(playbooks/report.yml) C({hosts, kueue}): per host
-    its C(fabric) and C(contracts), source to entries, and the Kueue objects), C(hosts/<host>/<name>.json) (the files
-    of C(/var/lib/gpunode) fetched from each host, such as C(validation.json) and C(reboot.json)) and
-    C(kueue/*.json|*.yaml). Every part is optional; a host appears when any part names it.
+  - >-
+    Reads O(input), a results directory, C(fleet.json) (written by C(playbooks/report.yml) as C({hosts, kueue, run}),
+    per host its C(fabric) and C(contracts), source to entries, the Kueue objects and the run's C(id) and C(time)),
+    C(hosts/<host>/<name>.json) (the files of C(/var/lib/gpunode) fetched from each host, such as C(validation.json)
+    and C(reboot.json)) and C(kueue/*.json|*.yaml). Every part is optional; a host appears when any part names it.
   - Writes C(report.html), C(report.md) and C(report.json) (the built model) to O(output). A file whose content did
     not change is not rewritten; the task reports changed when any file was written.
   - Fails naming the file when an input file is not readable JSON or YAML.
