@@ -1,13 +1,23 @@
-"""Benchmarks of the pipeline at fleet scale and on the simulated fleet, as ratios measured in one run.
+"""Benchmarks of the fleet-wide controller steps at 1,024 and 4,096 synthetic hosts, as ratios to a
+floor measured in the same run.
 
-(c) ``fleet_contract`` comparison (module_utils/contract.compare) and Kueue flavor/queue generation
-    (module_utils/k8s_objects.build) on N synthetic hosts' facts (default 4,096; half DGX H100, half
-    HGX H100, the discovery result of the simulator's profiles, 8 rails each, four fabrics), with
-    peak memory (tracemalloc), against the floor of serializing the same facts to JSON once (what
-    any controller-side step that reads every host's facts pays).
+The hosts are half DGX H100, half HGX H100 (the discovery result of the simulator's profiles, 8
+rails each, four fabrics), with the contracts the roles publish. Their facts are set in a real
+Ansible VariableManager as ``set_fact`` sets them, and each step runs as the role runs it:
+
+- cluster_objects: the two ``set_fact`` expressions of roles/cluster_objects/tasks/build.yml,
+  templated by Ansible's templar over ``hostvars`` (collecting every host, then building the objects);
+- bandwidth schedule: the expressions of roles/validation/tasks/bandwidth.yml (fabrics, then the
+  schedule), templated the same way;
+- fleet_contract: the action plugin's gathering over ``hostvars``, the comparison and the table;
+- report: ``gpunode report`` on the fleet.json the report stage writes (load, build, render, write).
+
+Floor: serializing the same facts to JSON once (what any controller-side step that reads every
+host's facts pays). Each step should stay within 2x its floor, and time at 4,096 / time at 1,024
+within 5.
 
 Writes its own section of BENCHMARKS.md between the markers below, keeping every other section.
-Usage: python bench/bench_fleet.py [--hosts N] [--output BENCHMARKS.md]
+Usage: nice python bench/bench_fleet.py [--hosts 1024,4096] [--output BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import gc
 import json
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +36,11 @@ import tracemalloc
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / ".cache" / "collections")]
+sys.path[:0] = [str(REPO / "src")]
+# Ansible's collection loader, as ansible-playbook sets it up: the templar resolves the collection's filters.
+from ansible.plugins.loader import init_plugin_loader  # noqa: E402 after sys.path setup
+
+init_plugin_loader([str(REPO / ".cache" / "collections")])
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import contract, k8s_objects  # noqa: E402 after sys.path setup
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify  # noqa: E402 after sys.path setup
@@ -104,43 +119,170 @@ def measure(func, *args) -> tuple[float, int, object]:
     return seconds, peak, result
 
 
+def _expressions(path: Path, task_name: str) -> dict:
+    """The ``set_fact`` arguments and ``vars`` of one task of a role's task file, as Ansible reads them."""
+    import yaml
+
+    for task in yaml.safe_load(path.read_text(encoding="utf-8")):
+        if task.get("name") == task_name:
+            return {**task.get("vars", {}), **task["ansible.builtin.set_fact"]}
+    raise KeyError(f"{path}: no task {task_name!r}")
+
+
+class Fleet:
+    """N hosts' published facts in a real VariableManager, and a templar over their hostvars."""
+
+    def __init__(self, n: int, hws: dict[str, dict]):
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.vars.hostvars import HostVars
+        from ansible.vars.manager import VariableManager
+
+        contract_hosts, k8s_hosts = synthetic_fleet(n, hws)
+        self.names = list(contract_hosts)
+        self.loader = DataLoader()
+        self.inventory = InventoryManager(loader=self.loader, sources=[])
+        self.inventory.add_group("gpu_nodes")
+        self.facts = {}
+        vm = VariableManager(loader=self.loader, inventory=self.inventory)
+        for name in self.names:
+            self.inventory.add_host(name, group="gpu_nodes")
+            entries = contract_hosts[name]["entries"]
+            facts = {"gpunode_hw": k8s_hosts[name]["hw"], "gpunode_fabric": contract_hosts[name]["fabric"],
+                     "nic_firmware_contract": [e for e in entries if not e["setting"].startswith(("qos_", "mtu"))],
+                     "roce_qos_contract": [e for e in entries if e["setting"].startswith(("qos_", "mtu"))],
+                     "__validation_address": f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
+                     if (i := len(self.facts)) else "10.0.0.0"}
+            vm.set_host_facts(name, {"processor_vcpus": 224, "memtotal_mb": 2097152})
+            vm.set_nonpersistent_facts(name, facts)
+            self.facts[name] = facts
+        self.hostvars = HostVars(inventory=self.inventory, variable_manager=vm, loader=self.loader)
+
+    def template(self, expression: str, **variables):
+        from ansible.template import Templar, trust_as_template
+
+        base = {"hostvars": self.hostvars, "ansible_play_hosts": self.names, **variables}
+        return Templar(loader=self.loader, variables=base).template(trust_as_template(expression))
+
+
+def cluster_objects_role(fleet: Fleet) -> dict:
+    build = REPO / "roles" / "cluster_objects" / "tasks" / "build.yml"
+    generate = _expressions(build, "Build | Generate the objects from every host's hardware, capacity and rails")
+    return fleet.template(generate["__cluster_objects"], cluster_objects_vfs_per_rail=8,
+                          cluster_objects_sriov_rails_from_discovery=True, __cluster_objects_settings=SETTINGS)
+
+
+def schedule_role(fleet: Fleet) -> dict:
+    tasks = REPO / "roles" / "validation" / "tasks" / "bandwidth.yml"
+    addresses = _expressions(tasks, "Bandwidth | Collect the addresses of the play's hosts")
+    schedule = _expressions(tasks,
+                            "Bandwidth | Schedule the tests (every platform pair of each fabric, bounded fan-in)")
+    fabrics = fleet.template(schedule["__validation_fabrics"])
+    address_map = fleet.template(addresses["__validation_addresses"])
+    return fleet.template(schedule["__validation_schedule"], __validation_fabrics=fabrics,
+                          __validation_addresses=address_map, validation_bandwidth_forks=50,
+                          validation_bandwidth_base_port=18515, validation_bandwidth_timeout=60,
+                          validation_bandwidth_server_start_s=30)
+
+
+def contract_action(fleet: Fleet) -> dict:
+    from ansible_collections.mlplatform.gpunode.plugins.action.fleet_contract import ActionModule
+
+    gather = ActionModule._gather  # noqa: SLF001 - the action's own gathering, without a task around it
+    gathered, problems = gather(None, {"hostvars": fleet.hostvars}, fleet.names, list(contract.DEFAULT_SOURCES),
+                                "gpunode_fabric", "default")
+    if problems:
+        raise RuntimeError(problems[:3])
+    compared = contract.compare(gathered, fleet.names)
+    compared["table"] = contract.format_table(compared)
+    return compared
+
+
+def report_cli(fleet: Fleet, workdir: Path) -> int:
+    fleet_json = {"hosts": {h: {"fabric": f["gpunode_fabric"], "contracts": {
+        "nic_firmware_contract": f["nic_firmware_contract"], "roce_qos_contract": f["roce_qos_contract"]}}
+        for h, f in fleet.facts.items()}, "kueue": []}
+    (workdir / "fleet.json").write_text(json.dumps(fleet_json), encoding="utf-8")
+    from gpunode.report.render import write_report
+
+    written = write_report(workdir, workdir / "out")
+    return (workdir / "out" / "report.html").stat().st_size if written else 0
+
+
+def timed(func, *args) -> tuple[float, object]:
+    gc.collect()
+    start = time.perf_counter()
+    result = func(*args)
+    return time.perf_counter() - start, result
+
+
 def run(n: int) -> dict:
     hws = discovered()
-    contract_hosts, k8s_hosts = synthetic_fleet(n, hws)
-    floor_s, floor_peak, _ = measure(lambda: json.dumps({"c": contract_hosts, "k": k8s_hosts}))
-    contract_s, contract_peak, compared = measure(contract.compare, contract_hosts)
-    k8s_s, k8s_peak, objects = measure(k8s_objects.build, k8s_hosts, SETTINGS)
-    entries = sum(len(h["entries"]) for h in contract_hosts.values())
-    return {
-        "hosts": n, "entries": entries, "drift_rows": len(compared["drift"]),
-        "flavors": len(objects["resource_flavors"]), "cluster_queues": len(objects["cluster_queues"]),
-        "floor_s": floor_s, "floor_peak": floor_peak,
-        "contract_s": contract_s, "contract_peak": contract_peak, "k8s_s": k8s_s, "k8s_peak": k8s_peak,
-    }
+    fleet = Fleet(n, hws)
+    floor_s, _ = timed(lambda: json.dumps(fleet.facts))
+    out = {"hosts": n, "floor_s": floor_s}
+    out["co_s"], objects = timed(cluster_objects_role, fleet)
+    out["flavors"] = len(objects["resource_flavors"])
+    out["schedule_s"], schedule = timed(schedule_role, fleet)
+    out["tests"], out["max_fan_in"] = len(schedule["tests"]), schedule["max_fan_in"]
+    out["ports"], out["waves"] = schedule["port_range"], schedule["waves"]
+    out["contract_s"], compared = timed(contract_action, fleet)
+    out["drift_rows"] = len(compared["drift"])
+    with tempfile.TemporaryDirectory() as tmp:
+        out["report_s"], out["report_bytes"] = timed(report_cli, fleet, Path(tmp))
+    return out
 
 
-def section(r: dict) -> str:
-    mib = 1024 * 1024
-    return "\n".join([
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+STEPS = (("cluster_objects build (role expressions over hostvars)", "co_s"),
+         ("bandwidth schedule (role expressions over hostvars)", "schedule_s"),
+         ("fleet_contract (action gathering + compare + table)", "contract_s"),
+         ("report (gpunode report: load, build, render, write)", "report_s"))
+
+
+def section(results: list[dict]) -> str:
+    small, large = results[0], results[-1]
+    lines = [
         BEGIN,
-        "## Fleet scale: contract and flavor generation (`bench/bench_fleet.py`)",
+        "## Fleet scale: cluster objects, bandwidth schedule, contract, report (`bench/bench_fleet.py`)",
         "",
-        f"Measured in one run on one machine ({platform.machine()}, Python {platform.python_version()}): "
-        f"{r['hosts']:,} synthetic hosts (half DGX H100, half HGX H100 discovery results of the simulator's "
-        f"profiles, 8 rails each, 4 fabrics), {r['entries']:,} contract entries; every 97th host has adaptive "
-        f"routing off on rail 2, giving {r['drift_rows']} drift rows. Floor: serializing the same facts to JSON "
-        "once. Time is an untraced call; peak memory is tracemalloc's peak during a second, traced call.",
+        f"Measured in one run at commit {commit()} on one machine ({platform.machine()}, Python "
+        f"{platform.python_version()}, shared with other jobs, under `nice`): synthetic fleets of "
+        + " and ".join(f"{r['hosts']:,}" for r in results)
+        + " hosts (half DGX H100, half HGX H100 discovery results of the simulator's profiles, 8 rails each, "
+        "4 fabrics; every 97th host has adaptive routing off on rail 2). Each host's facts are set in a real "
+        "Ansible VariableManager as set_fact sets them; each step runs as the role runs it (its task "
+        "expressions templated over hostvars). Floor: serializing the same facts to JSON once, in the same run.",
         "",
-        "| step | time | ÷ JSON floor | peak memory | output |",
-        "|---|---|---|---|---|",
-        f"| JSON floor | {r['floor_s']:.2f} s | 1.00× | {r['floor_peak'] / mib:.0f} MiB | |",
-        f"| fleet_contract compare | {r['contract_s']:.2f} s | {r['contract_s'] / r['floor_s']:.2f}× | "
-        f"{r['contract_peak'] / mib:.0f} MiB | {r['drift_rows']} drift rows |",
-        f"| Kueue flavors + queues + labels (k8s_objects.build) | {r['k8s_s']:.2f} s | "
-        f"{r['k8s_s'] / r['floor_s']:.2f}× "
-        f"| {r['k8s_peak'] / mib:.0f} MiB | {r['flavors']} ResourceFlavors, {r['cluster_queues']} ClusterQueues |",
+        "| step | " + " | ".join(f"{r['hosts']:,} hosts: time | ÷ floor" for r in results)
+        + (f" | {large['hosts']:,} ÷ {small['hosts']:,} |" if len(results) > 1 else " |"),
+        "|---|" + "---|---|" * len(results) + ("---|" if len(results) > 1 else ""),
+        "| JSON floor | " + " | ".join(f"{r['floor_s']:.2f} s | 1.00×" for r in results)
+        + (f" | {large['floor_s'] / small['floor_s']:.2f} |" if len(results) > 1 else " |"),
+    ]
+    for label, key in STEPS:
+        lines.append(f"| {label} | " + " | ".join(f"{r[key]:.2f} s | {r[key] / r['floor_s']:.2f}×" for r in results)
+                     + (f" | {large[key] / small[key]:.2f} |" if len(results) > 1 else " |"))
+    lines += [
+        "",
+        "Outputs at " + "; ".join(
+            f"{r['hosts']:,} hosts: {r['flavors']} ResourceFlavors, {r['tests']:,} ib_write_bw tests in "
+            f"{r['waves']} waves of 50, at most {r['max_fan_in']} peer per host rail, ports "
+            f"{r['ports'][0]}-{r['ports'][1]}, {r['drift_rows']} drift rows, report.html "
+            f"{r['report_bytes'] / 1e6:.1f} MB" for r in results) + ".",
         END,
-    ])
+    ]
+    return "\n".join(lines)
 
 
 def update(path: Path, text: str) -> None:
@@ -152,10 +294,14 @@ def update(path: Path, text: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=4096)
+    parser.add_argument("--hosts", default="1024,4096", help="comma-separated fleet sizes")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    text = section(run(args.hosts))
+    results = []
+    for n in (int(x) for x in args.hosts.split(",")):
+        results.append(run(n))
+        print(json.dumps(results[-1]), file=sys.stderr)
+    text = section(results)
     print(text)
     if args.output:
         update(args.output, text)

@@ -17,6 +17,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import
     compare,
     format_table,
 )
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
 class ActionModule(ActionBase):
@@ -26,27 +27,28 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("sources", "group_by", "default_group", "hosts", "output", "fail_on_drift"))
 
     def _gather(self, task_vars, hosts, sources, group_by, default_group):
-        hostvars = task_vars["hostvars"]
+        """One pass over the hosts: published contracts are taken as set_fact left them, anything
+        else is templated once through ``hostvars`` (plugin_utils/fleet_vars.py) -> ``({host:
+        {fabric, entries}}, problems)``."""
+        fleet = FleetVars(task_vars["hostvars"])
         gathered, problems = {}, []
         for host in hosts:
-            facts = hostvars[host]
             entries = []
             for source in sources:
-                value = facts.get(source)
+                value = fleet.get(host, source)
                 if value is None:
                     continue
-                value = self._templar.template(value)
                 if not isinstance(value, list):
                     problems.append(f"{host}: {source} must be a list of entries, got {type(value).__name__}")
                     continue
                 for index, entry in enumerate(value):
-                    for problem in check_entry(entry):
+                    bad = check_entry(entry)
+                    for problem in bad:
                         problems.append(f"{host}: {source}[{index}]: {problem}")
-                    if isinstance(entry, dict):
+                    if isinstance(entry, dict) and not bad:
                         entries.append({**entry, "source": source})
-            fabric = facts.get(group_by)
-            fabric = self._templar.template(fabric) if fabric is not None else default_group
-            gathered[host] = {"fabric": fabric, "entries": entries}
+            fabric = fleet.get(host, group_by)
+            gathered[host] = {"fabric": default_group if fabric is None else fabric, "entries": entries}
         return gathered, problems
 
     def run(self, tmp=None, task_vars=None):
@@ -70,8 +72,7 @@ class ActionModule(ActionBase):
         gathered, problems = self._gather(task_vars, list(hosts), sources, group_by, default_group)
         if problems:
             raise AnsibleActionFail("fleet_contract: malformed contract entries: " + "; ".join(problems))
-        compared = compare({h: {"fabric": g["fabric"], "entries": [e for e in g["entries"] if not check_entry(e)]}
-                            for h, g in gathered.items()}, list(hosts))
+        compared = compare(gathered, list(hosts))
         table = format_table(compared)
         report = {"ok": compared["ok"], "sources": sources, "group_by": group_by,
                   "hosts": {h: {"fabric": g["fabric"], "entries": len(g["entries"])} for h, g in gathered.items()},

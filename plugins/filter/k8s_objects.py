@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
 def _wrap(func):
@@ -32,6 +33,38 @@ def _wrap(func):
 def cluster_objects(hosts, settings):
     """Every cluster object for a fleet; see ``k8s_objects.build``."""
     return k8s_objects.build(dict(hosts), dict(settings))
+
+
+class _HostView:
+    def __init__(self, fleet, host):
+        self.fleet, self.host = fleet, host
+
+    def get(self, name, default=None):
+        return self.fleet.get(self.host, name, default)
+
+
+def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_discovery=False):
+    """The ``cluster_objects`` input of every host in one pass over ``hostvars``: ``{host: {hw,
+    node_name, fabric, transport, cpu, memory_mib, sriov_rails, adaptive_routing}}``."""
+    out = {}
+    vfs = int(vfs_per_rail)
+    fleet = FleetVars(hostvars)
+    for host in hosts:
+        facts = _HostView(fleet, host)
+        hw = facts.get("gpunode_hw")
+        ansible_facts = fleet.ansible_facts(host)
+        sriov = facts.get("sriov_rails")
+        if sriov is None:
+            sriov = k8s_objects.sriov_rails_from_hw(hw, vfs) if sriov_rails_from_discovery and hw is not None else []
+        contract = list(facts.get("nic_firmware_contract") or []) + list(facts.get("roce_qos_contract") or [])
+        out[host] = {
+            "hw": hw, "node_name": facts.get("kubernetes_node_name") or host,
+            "fabric": facts.get("gpunode_fabric") or "default",
+            "transport": facts.get("gpunode_fabric_transport") or "roce",
+            "cpu": ansible_facts.get("processor_vcpus") or 0, "memory_mib": ansible_facts.get("memtotal_mb") or 0,
+            "sriov_rails": sriov, "adaptive_routing": k8s_objects.adaptive_routing_mode(contract),
+        }
+    return out
 
 
 def join_configuration(labels, node_name, taints, domain, discovery,
@@ -67,6 +100,7 @@ class FilterModule:
     """Kubernetes object filters."""
 
     def filters(self):
-        funcs = (cluster_objects, join_configuration, kubelet_node_labels, node_self_labels, sriov_rails_from_hw,
+        funcs = (cluster_objects, cluster_objects_inputs, join_configuration, kubelet_node_labels, node_self_labels,
+                 sriov_rails_from_hw,
                  adaptive_routing_mode)
         return {f.__name__: _wrap(f) for f in funcs}

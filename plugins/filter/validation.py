@@ -10,22 +10,49 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
 
 
-def validation_pairs(hws, fabrics=None, base_port=18515):
-    """``{host: gpunode_hw}`` (+ ``{host: fabric}``) -> the tests of ``select_pairs``."""
+def _schedule_hosts(hws, fabrics, name):
     if not isinstance(hws, dict):
-        raise AnsibleFilterError("validation_pairs expects a mapping host -> gpunode_hw")
+        raise AnsibleFilterError(f"{name} expects a mapping host -> gpunode_hw")
     fabrics = fabrics or {}
     hosts = {}
-    for name, hw in hws.items():
+    for host, hw in hws.items():
         if not isinstance(hw, dict) or not isinstance(hw.get("rails"), list):
-            raise AnsibleFilterError(f"validation_pairs: {name} has no gpunode_hw (run the discovery role first)")
-        hosts[name] = {
-            "fabric": fabrics.get(name) or "default",
+            raise AnsibleFilterError(f"validation_pairs: {host} has no gpunode_hw (run the discovery role first)")
+        hosts[host] = {
+            "fabric": fabrics.get(host) or "default",
             "platform": validation.platform_key(hw),
             "rails": [{k: r.get(k) for k in ("rail", "rdma_device", "pci_address", "netdev", "speed_gbps")}
                       for r in hw["rails"]],
         }
-    return validation.select_pairs(hosts, base_port=int(base_port))
+    return hosts
+
+
+def validation_pairs(hws, fabrics=None, base_port=18515):
+    """``{host: gpunode_hw}`` (+ ``{host: fabric}``) -> the tests of the bandwidth schedule."""
+    return validation.select_pairs(_schedule_hosts(hws, fabrics, "validation_pairs"), base_port=int(base_port))
+
+
+def validation_schedule(hws, fabrics=None, order=None, forks=5, base_port=18515, test_timeout=60, server_start_s=30,
+                        addresses=None):
+    """``{host: gpunode_hw}`` (+ fabrics, play order, forks, ports, timeouts, addresses) -> ``bandwidth_schedule``."""
+    hosts = _schedule_hosts(hws, fabrics, "validation_schedule")
+    try:
+        return validation.bandwidth_schedule(hosts, order=list(order or []), forks=int(forks),
+                                             base_port=int(base_port), test_timeout=int(test_timeout),
+                                             server_start_s=int(server_start_s), addresses=addresses or {})
+    except ValueError as exc:
+        raise AnsibleFilterError(f"validation_schedule: {exc}") from exc
+
+
+def validation_clients(entries, addresses):
+    """A host's client entries of one phase, each with its server's address (``peer`` -> ``server``)."""
+    out = []
+    for entry in entries or []:
+        address = (addresses or {}).get(entry["peer"])
+        if not address:
+            raise AnsibleFilterError(f"validation_clients: no address for {entry['peer']} (test {entry['id']})")
+        out.append({"id": entry["id"], "device": entry["device"], "port": entry["port"], "server": address})
+    return out
 
 
 def validation_side(test, side, addresses=None):
@@ -41,14 +68,19 @@ def validation_side(test, side, addresses=None):
     return {"id": test["id"], "device": test["client_device"], "port": test["port"], "server": address}
 
 
-def validation_judge(tests, results, threshold_pct=90):
-    """Tests + the clients' results (a mapping, or a list of mappings to merge) -> ``{host: [pair]}``."""
-    if isinstance(results, list):
-        merged = {}
-        for part in results:
-            merged.update(part or {})
-        results = merged
-    return validation.judge_pairs(tests or [], results or {}, float(threshold_pct))
+def _merged(parts):
+    if not isinstance(parts, list):
+        return parts or {}
+    merged = {}
+    for part in parts:
+        merged.update(part or {})
+    return merged
+
+
+def validation_judge(tests, results, threshold_pct=90, server_errors=None):
+    """Tests + the clients' results and the servers' errors (a mapping, or a list of mappings to
+    merge, one per host) -> ``{host: [pair]}``."""
+    return validation.judge_pairs(tests or [], _merged(results), float(threshold_pct), _merged(server_errors))
 
 
 def validation_result(checks, pairs, host):
@@ -62,5 +94,6 @@ class FilterModule:
 
     def filters(self):
         return {"validation_pairs": validation_pairs, "validation_judge": validation_judge,
+                "validation_schedule": validation_schedule, "validation_clients": validation_clients,
                 "validation_side": validation_side,
                 "validation_result": validation_result}

@@ -89,6 +89,7 @@ def compare(hosts, host_order=None):
     and its rows say ``tie``.
     """
     host_order = [h for h in (host_order or sorted(hosts)) if h in hosts]
+    rank = {h: i for i, h in enumerate(host_order)}
     fabrics = {}
     for host in host_order:
         fabrics.setdefault(str(hosts[host]["fabric"]), []).append(host)
@@ -97,27 +98,27 @@ def compare(hosts, host_order=None):
         summary = {"hosts": members, "expected": {}, "ties": [], "drift": []}
         observed = _observations({h: hosts[h] for h in members}, members)
         for (scope, setting), observations in sorted(observed.items()):
-            counts = Counter(_key(o["value"]) for o in observations if not o["absent"])
+            keys = [None if o["absent"] else _key(o["value"]) for o in observations]
+            counts = Counter(k for k in keys if k is not None)
             if not counts:
                 continue
             top = max(counts.values())
             tied = {k for k, n in counts.items() if n == top}
             tie = len(tied) > 1
             if tie:
-                expected_key = next(_key(o["value"]) for o in observations
-                                    if not o["absent"] and _key(o["value"]) in tied)
+                expected_key = next(k for k in keys if k in tied)
                 summary["ties"].append(setting)
             else:
                 (expected_key,) = tied
             expected = json.loads(expected_key)
             summary["expected"][setting] = expected
-            for o in observations:
-                if o["absent"] or _key(o["value"]) != expected_key:
+            for i, o in enumerate(observations):
+                if keys[i] != expected_key:
                     row = {"fabric": fabric, "host": o["host"], "scope": scope, "rail": o["rail"],
                            "pci_address": o["pci_address"], "netdev": o["netdev"], "setting": setting,
                            "expected": expected, "found": ABSENT if o["absent"] else o["value"], "tie": tie}
                     summary["drift"].append(row)
-        summary["drift"].sort(key=lambda r: (host_order.index(r["host"]), r["setting"],
+        summary["drift"].sort(key=lambda r: (rank[r["host"]], r["setting"],
                                              -1 if r["rail"] is None else r["rail"]))
         result["fabrics"][fabric] = summary
         result["drift"].extend(summary["drift"])

@@ -250,76 +250,199 @@ def platform_key(hw):
     return " ".join(p for p in (platform.get("vendor"), platform.get("product")) if p) or "unknown"
 
 
-def select_pairs(hosts, base_port=18515):
-    """Choose the ``ib_write_bw`` host pairs of a fleet.
+MAX_PORT = 65535
+
+
+def _platform_pairs(platforms, counts):
+    """Every unordered platform pair a fabric must cover: each pair of distinct platforms, and a
+    platform with itself when it has two hosts or more."""
+    need = set()
+    for i, left in enumerate(platforms):
+        if counts[left] >= 2:
+            need.add((left, left))
+        for right in platforms[i + 1:]:
+            need.add((left, right))
+    return need
+
+
+def _ring(names, platform_of):
+    """The fabric's hosts as a ring of platform blocks (platforms in name order, hosts in play order
+    within a block), and its edges (server, client): host i serves host i+1. Every host serves one
+    peer and is a client of one; consecutive blocks and each block's own hosts are covered."""
+    blocks = {}
+    for name in names:
+        blocks.setdefault(platform_of[name], []).append(name)
+    ring = [h for p in sorted(blocks) for h in blocks[p]]
+    if len(ring) < 2:
+        return blocks, []
+    return blocks, [(ring[i], ring[(i + 1) % len(ring)]) for i in range(len(ring))]
+
+
+def _extra_edges(blocks, covered):
+    """Edges for the platform pairs the ring leaves out (only with four platforms or more in one
+    fabric), spread over each platform's hosts, each in the first later phase where its server
+    serves nobody yet: ``[(phase, server, client)]``."""
+    need = sorted(_platform_pairs(sorted(blocks), {p: len(h) for p, h in blocks.items()}) - covered)
+    turn = dict.fromkeys(blocks, 0)
+    serving = {}  # phase -> hosts serving in it
+    out = []
+    for left, right in need:
+        server = blocks[left][turn[left] % len(blocks[left])]
+        turn[left] += 1
+        client = blocks[right][turn[right] % len(blocks[right])]
+        turn[right] += 1
+        if server == client:  # cannot happen for distinct platforms; a block of one has no self pair
+            continue
+        phase = 1
+        while server in serving.get(phase, ()):
+            phase += 1
+        serving.setdefault(phase, set()).add(server)
+        out.append((phase, server, client))
+    return out
+
+
+def bandwidth_schedule(hosts, order=None, forks=5, base_port=18515, test_timeout=60, server_start_s=30,
+                       addresses=None):
+    """The ``ib_write_bw`` schedule of a fleet: which host serves which on which rail, when, on which
+    port and for how long. One pass over the hosts: O(N) time and memory.
 
     :param hosts: ``{host: {"fabric": str, "platform": str, "rails": [{"rail", "rdma_device",
         "pci_address", "netdev", "speed_gbps"}]}}``.
-    :returns: a list of tests ``{"id", "fabric", "server", "client", "rail", "server_device",
-        "client_device", "line_rate_gbps", "port"}``: in every fabric, one host pair per unordered
-        pair of platforms (DGX<->HGX, and DGX<->DGX when two DGXs exist), then every host left
-        uncovered is paired with a host of another platform (else any other host); each host pair
-        tests every rail index both hosts have (rail i <-> rail i, as rail-optimized fabrics are
-        cabled). Deterministic: hosts are taken in name order; ports count up from ``base_port``.
+    :param order: the play's host order (``ansible_play_hosts``); hosts missing from it come after,
+        in name order. Clients run in this order, ``forks`` at a time.
+    :param forks: how many hosts Ansible runs a task on at once: one wave of clients.
+    :param base_port: the lowest TCP port; ports are per address (a server's port is unique among the
+        servers listening on its address), so with one address per host the highest port is
+        ``base_port + rails - 1`` (``+ 2 * rails - 1`` with extra phases) whatever the fleet size.
+    :param addresses: ``{host: address peers connect to}``; hosts that share an address (simulated
+        hosts on one network namespace) get distinct ports. Missing hosts have their own.
+    :param test_timeout: seconds one client run may take (the module's ``timeout``).
+    :param server_start_s: seconds the server task may take per batch of ``forks`` hosts.
+    :returns: ``{"tests": [...], "phases": [{"servers": {host: [server entry]}, "clients": {host:
+        [client entry]}}], "untested": {host: reason}, "max_fan_in": int, "port_range": [lo, hi],
+        "waves": int}``. A test is ``{"id", "fabric", "phase", "wave", "server", "client", "rail",
+        "server_device", "client_device", "line_rate_gbps", "port", "server_lifetime_s"}``.
+
+    In each fabric the hosts form a ring of platform blocks: host i serves host i+1 on every rail both
+    have (rail i <-> rail i, as rail-optimized fabrics are cabled), so every host is tested once as a
+    server and once as a client and each pair of adjacent platforms and each platform with itself are
+    covered (phase 0). A fabric with four platforms or more gets one test per platform pair the ring
+    missed, in later phases where each server serves one peer. Within a phase every host rail serves
+    at most one peer at a time (``max_fan_in``; the bound is 2). A phase's servers start together, then
+    its clients run in play order, ``forks`` hosts per wave; a server lives until its client's last
+    possible finish: the server task's batches, the waves before its client's, and the client's runs
+    up to this one.
     """
-    fabrics = {}
-    for name in sorted(hosts):
-        fabrics.setdefault(hosts[name].get("fabric") or "default", []).append(name)
-    host_pairs = []
+    forks = max(1, int(forks))
+    base_port = int(base_port)
+    rank = {h: i for i, h in enumerate(order or [])}
+    names_all = sorted(hosts, key=lambda h: (rank.get(h, len(rank)), h))
+    fabrics, platform_of = {}, {}
+    for name in names_all:
+        spec = hosts[name]
+        fabrics.setdefault(spec.get("fabric") or "default", []).append(name)
+        platform_of[name] = spec.get("platform") or "unknown"
+    edges, untested = [], {}
     for fabric, names in sorted(fabrics.items()):
-        by_platform = {}
-        for name in names:
-            by_platform.setdefault(hosts[name].get("platform") or "unknown", []).append(name)
-        platforms = sorted(by_platform)
-        chosen = []
-        for i, left in enumerate(platforms):
-            for right in platforms[i:]:
-                if left == right:
-                    if len(by_platform[left]) >= 2:
-                        chosen.append((by_platform[left][0], by_platform[left][1]))
-                else:
-                    chosen.append((by_platform[left][0], by_platform[right][0]))
-        covered = {h for pair in chosen for h in pair}
-        for name in names:
-            if name in covered or len(names) < 2:
+        if len(names) < 2:
+            untested.update({h: f"alone in fabric {fabric}: no peer to test against" for h in names})
+            continue
+        blocks, ring = _ring(names, platform_of)
+        covered = {tuple(sorted((platform_of[s], platform_of[c]))) for s, c in ring}
+        edges += [(fabric, 0, s, c) for s, c in ring]
+        edges += [(fabric, phase, s, c) for phase, s, c in _extra_edges(blocks, covered)]
+    rails = {}
+    for name in names_all:
+        rails[name] = {r["rail"]: r for r in hosts[name].get("rails") or []}
+    addresses = addresses or {}
+    next_port = {}  # address -> ports used so far
+    phases = {}
+    for fabric, phase, server, client in edges:
+        phases.setdefault(phase, []).append((fabric, server, client))
+    tests, out_phases, max_fan_in, top_port = [], [], 0, base_port
+    for phase_key in sorted(phases):
+        phase = len(out_phases)
+        servers, clients, fan_in = {}, {}, {}
+        for fabric, server, client in phases[phase_key]:
+            srails, crails = rails[server], rails[client]
+            common = sorted(set(srails) & set(crails))
+            if not common:
                 continue
-            mine = hosts[name].get("platform") or "unknown"
-            others = [h for h in names if h != name and (hosts[h].get("platform") or "unknown") != mine]
-            peer = (others or [h for h in names if h != name])[0]
-            chosen.append((peer, name))
-            covered.add(name)
-        host_pairs += [(fabric, a, b) for a, b in chosen]
-    tests = []
-    for fabric, server, client in host_pairs:
-        server_rails = {r["rail"]: r for r in hosts[server].get("rails") or []}
-        client_rails = {r["rail"]: r for r in hosts[client].get("rails") or []}
-        for rail in sorted(set(server_rails) & set(client_rails)):
-            speeds = [s for s in (server_rails[rail].get("speed_gbps"), client_rails[rail].get("speed_gbps")) if s]
-            tests.append({
-                "id": f"{server}:{rail}-{client}:{rail}", "fabric": fabric, "server": server, "client": client,
-                "rail": rail, "server_device": server_rails[rail].get("rdma_device"),
-                "client_device": client_rails[rail].get("rdma_device"),
-                "line_rate_gbps": min(speeds) if speeds else None, "port": base_port + len(tests),
-            })
-    return tests
+            where = addresses.get(server) or f"host:{server}"
+            first = next_port.get(where, 0)
+            next_port[where] = first + len(common)
+            fan_in[server] = fan_in.get(server, 0) + 1
+            for k, rail in enumerate(common):
+                speeds = [s for s in (srails[rail].get("speed_gbps"), crails[rail].get("speed_gbps")) if s]
+                port = base_port + first + k
+                top_port = max(top_port, port)
+                test = {
+                    "id": f"{server}:{rail}-{client}:{rail}", "fabric": fabric, "phase": phase, "server": server,
+                    "client": client, "rail": rail, "server_device": srails[rail].get("rdma_device"),
+                    "client_device": crails[rail].get("rdma_device"),
+                    "line_rate_gbps": min(speeds) if speeds else None, "port": port,
+                }
+                tests.append(test)
+                servers.setdefault(server, []).append(test)
+                clients.setdefault(client, []).append(test)
+        if not clients:
+            continue
+        max_fan_in = max(max_fan_in, *fan_in.values())
+        longest = max(len(c) for c in clients.values())
+        start_s = -(-len(servers) // forks) * server_start_s
+        # clients run in play order, forks hosts at a time: a client's wave is its place in that order // forks
+        client_rank = {h: i for i, h in enumerate(sorted(clients, key=lambda h: (rank.get(h, len(rank)), h)))}
+        for client, mine in clients.items():
+            wave = client_rank[client] // forks
+            for k, test in enumerate(mine):
+                test["wave"] = wave
+                test["server_lifetime_s"] = start_s + wave * longest * test_timeout + (k + 1) * test_timeout
+        out_phases.append({
+            "servers": {h: [{"id": t["id"], "device": t["server_device"], "port": t["port"],
+                             "lifetime": t["server_lifetime_s"]} for t in mine] for h, mine in servers.items()},
+            "clients": {h: [{"id": t["id"], "device": t["client_device"], "port": t["port"], "peer": t["server"]}
+                            for t in mine] for h, mine in clients.items()},
+        })
+    if top_port > MAX_PORT:
+        raise ValueError(f"validation_bandwidth_base_port {base_port}: the schedule needs ports up to {top_port}, "
+                         f"above {MAX_PORT}")
+    waves = sum(1 + max(len(set(t["client"] for t in tests if t["phase"] == p)) - 1, 0) // forks
+                for p in range(len(out_phases)))
+    return {"tests": tests, "phases": out_phases, "untested": untested, "max_fan_in": max_fan_in,
+            "port_range": [base_port, top_port], "waves": waves}
 
 
-def judge_pairs(tests, results, threshold_pct):
-    """Verdict of each test and who is to blame.
+def select_pairs(hosts, base_port=18515):
+    """The tests of ``bandwidth_schedule`` alone (hosts in name order)."""
+    return bandwidth_schedule(hosts, base_port=base_port)["tests"]
+
+
+def judge_pairs(tests, results, threshold_pct, server_errors=None):
+    """Verdict of each test and which side is to blame.
 
     :param results: ``{test id: {"gbps": float | None, "error": str | None}}`` as the clients measured.
-    :returns: ``{host: [pair entry, ...]}`` where an entry is ``{"rail", "peer", "peer_rail", "gbps",
-        "line_rate_gbps", "threshold_pct", "status", "blamed", "reason"}``. A failed test counts
-        against a host (``blamed``) unless that host passed the same rail with another peer: in a
-        three-host fabric the odd host out is blamed, in a two-host fabric both are.
+    :param server_errors: ``{test id: str}``: servers that did not start or died before their client
+        connected (the ``ib_write_bw`` module's ``server_errors``).
+    :returns: ``{host: [pair entry, ...]}`` where an entry is ``{"rail", "peer", "peer_rail", "side",
+        "gbps", "line_rate_gbps", "threshold_pct", "status", "blamed", "failed_side", "reason"}``;
+        ``side`` is this host's part in the test (``server`` or ``client``) and ``failed_side`` is
+        ``server``, ``client``, ``both`` or ``link`` (neither host failed anything else on the rail).
+        A failed test counts against a host (``blamed``) unless that host passed the same rail in
+        another test: a host whose rail is broken fails both its tests (as server and as client) and
+        its peers, who pass their other test, are not blamed. A server that did not start is blamed
+        alone; its client is not.
     """
+    server_errors = server_errors or {}
     verdicts = []
     for test in tests:
         res = results.get(test["id"]) or {"gbps": None, "error": "no result (the test did not run)"}
         line = test.get("line_rate_gbps")
         need = line * threshold_pct / 100.0 if line else None
         gbps = res.get("gbps")
-        if res.get("error"):
+        server_down = server_errors.get(test["id"])
+        if server_down:
+            status, why = "fail", f"the server did not run: {server_down}"
+        elif res.get("error"):
             status, why = "fail", f"ib_write_bw failed: {res['error']}"
         elif gbps is None or need is None:
             status, why = "fail", "ib_write_bw gave no bandwidth" if gbps is None else "line rate unknown"
@@ -327,19 +450,26 @@ def judge_pairs(tests, results, threshold_pct):
             status, why = "fail", f"{gbps:.1f} Gb/s < {threshold_pct}% of {line} Gb/s"
         else:
             status, why = "pass", ""
-        verdicts.append((test, status, why, gbps))
-    passed = {(t[h], t["rail"]) for t, status, _, _ in verdicts if status == "pass" for h in ("server", "client")}
+        verdicts.append((test, status, why, gbps, bool(server_down)))
+    passed = {(t[h], t["rail"]) for t, status, *_ in verdicts if status == "pass" for h in ("server", "client")}
     out = {}
-    for test, status, why, gbps in verdicts:
+    for test, status, why, gbps, server_down in verdicts:
+        blame = {"server": False, "client": False}
+        if status == "fail":
+            blame["server"] = server_down or (test["server"], test["rail"]) not in passed
+            blame["client"] = not server_down and (test["client"], test["rail"]) not in passed
+        failed_side = None
+        if status == "fail":
+            failed_side = ("both" if all(blame.values()) else "server" if blame["server"]
+                           else "client" if blame["client"] else "link")
         for me, peer in (("server", "client"), ("client", "server")):
-            host = test[me]
-            blamed = status == "fail" and (host, test["rail"]) not in passed
-            out.setdefault(host, []).append({
-                "rail": test["rail"], "peer": test[peer], "peer_rail": test["rail"], "gbps": gbps,
+            out.setdefault(test[me], []).append({
+                "rail": test["rail"], "peer": test[peer], "peer_rail": test["rail"], "side": me, "gbps": gbps,
                 "line_rate_gbps": test.get("line_rate_gbps"), "threshold_pct": threshold_pct, "status": status,
-                "blamed": blamed,
-                "reason": (f"rail {test['rail']} {test[me + '_device']} <-> {test[peer]} "
-                           f"{test[peer + '_device']}: {why}") if status == "fail" else "",
+                "blamed": blame[me], "failed_side": failed_side,
+                "reason": (f"rail {test['rail']} {test[me + '_device']} as {me} <-> {test[peer]} "
+                           f"{test[peer + '_device']}: {why} (failed side: {failed_side})")
+                if status == "fail" else "",
             })
     return out
 

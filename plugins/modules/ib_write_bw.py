@@ -46,6 +46,11 @@ options:
         description: TCP port of the test's connection exchange.
         type: int
         required: true
+      lifetime:
+        description:
+          - Seconds this server waits for its client before C(timeout(1)) ends it; O(timeout) when not given.
+          - The validation role takes it from the bandwidth schedule (the latest moment its client can run).
+        type: int
   clients:
     description: Clients to run, in order.
     type: list
@@ -81,6 +86,10 @@ options:
     description: How often a client retries a refused connection (one second apart).
     type: int
     default: 10
+  server_check_s:
+    description: Seconds to wait after starting the servers before checking that each still runs.
+    type: float
+    default: 1.0
 seealso:
   - module: mlplatform.gpunode.node_validation
 """
@@ -102,6 +111,13 @@ started:
   returned: always
   type: dict
   sample: {"dgx01:0-hgx01:0": 4242}
+server_errors:
+  description:
+    - Test id -> why its server is not running (it exited before its client connected), read from its log.
+    - The validation gate then blames the server host, not the client.
+  returned: always
+  type: dict
+  sample: {"dgx01:0-hgx01:0": "exit status 1: Couldn't listen to port 18515"}
 tests:
   description: Test id -> result of the client run (C(results) is reserved by Ansible).
   returned: always
@@ -132,12 +148,15 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import perftest
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
 
-def _start_servers(module, binary, servers, extra, timeout):
+def _start_servers(module, binary, servers, extra, timeout, check_s=0.0):
+    """Start every server in the background -> ``(started {id: pid}, server_errors {id: reason})``:
+    a server that already exited after ``check_s`` seconds did not start (wrong device, port taken)."""
     timeout_bin = module.get_bin_path("timeout", required=True)
     logdir = tempfile.mkdtemp(prefix="gpunode-ib_write_bw-")
-    started = {}
+    started, procs = {}, {}
     for server in servers:
-        argv = [timeout_bin, str(timeout), *perftest.server_argv(binary, server["device"], server["port"], extra)]
+        lifetime = server.get("lifetime") or timeout
+        argv = [timeout_bin, str(lifetime), *perftest.server_argv(binary, server["device"], server["port"], extra)]
         log = os.path.join(logdir, f"{server['port']}.log")
         with open(log, "wb") as handle:
             # A background server outlives this module run (run_command waits); its own session keeps it
@@ -145,7 +164,17 @@ def _start_servers(module, binary, servers, extra, timeout):
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                     start_new_session=True, env={**os.environ, "LC_ALL": "C"})
         started[server["id"]] = proc.pid
-    return started
+        procs[server["id"]] = (proc, log)
+    errors = {}
+    if check_s and procs:
+        time.sleep(check_s)
+        for test_id, (proc, log) in procs.items():
+            rc = proc.poll()
+            if rc not in (None, 0):
+                with open(log, "rb") as handle:
+                    text = handle.read(4096).decode("utf-8", "replace")
+                errors[test_id] = f"exit status {rc}: {perftest.failure_reason(text, '', rc)}"
+    return started, errors
 
 
 def _run_client(module, binary, client, extra, timeout, retries):
@@ -172,12 +201,14 @@ def main():
                  "port": {"type": "int", "required": True}}
     module = AnsibleModule(
         argument_spec={
-            "servers": {"type": "list", "elements": "dict", "default": [], "options": dict(test_spec)},
+            "servers": {"type": "list", "elements": "dict", "default": [],
+                        "options": {**test_spec, "lifetime": {"type": "int"}}},
             "clients": {"type": "list", "elements": "dict", "default": [],
                         "options": {**test_spec, "server": {"type": "str", "required": True}}},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "int", "default": 60},
             "connect_retries": {"type": "int", "default": 10},
+            "server_check_s": {"type": "float", "default": 1.0},
         },
         supports_check_mode=True,
     )
@@ -186,17 +217,19 @@ def main():
     if len(set(ports)) != len(ports):
         module.fail_json(msg=f"ib_write_bw: two servers on one port: {sorted(ports)}")
     if module.check_mode or not (params["servers"] or params["clients"]):
-        module.exit_json(changed=False, started={}, tests={})
+        module.exit_json(changed=False, started={}, server_errors={}, tests={})
     binary = module.get_bin_path("ib_write_bw")
     if not binary:
         # Reported per test, so the validation gate can say why each pair failed.
         missing = "perftest is not installed on this host (no ib_write_bw on PATH)"
-        module.exit_json(changed=False, started={}, tests={
+        module.exit_json(changed=False, started={},
+                         server_errors={s["id"]: missing for s in params["servers"]}, tests={
             c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})
-    started = _start_servers(module, binary, params["servers"], params["extra_args"], params["timeout"])
+    started, server_errors = _start_servers(module, binary, params["servers"], params["extra_args"],
+                                            params["timeout"], params["server_check_s"])
     tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
                                     params["connect_retries"]) for c in params["clients"]}
-    module.exit_json(changed=False, started=started, tests=tests)
+    module.exit_json(changed=False, started=started, server_errors=server_errors, tests=tests)
 
 
 if __name__ == "__main__":

@@ -155,7 +155,8 @@ def _run_kapi(args: argparse.Namespace) -> int:
 def _report_parser(sub: argparse._SubParsersAction) -> None:
     rep = sub.add_parser("report", help="write the fleet report (HTML + Markdown) from machine-readable results")
     rep.add_argument("--input", "-i", type=Path, required=True,
-                     help="results directory: fleet.json, hosts/<host>/*.json, kueue/ (src/gpunode/report/README.md)")
+                     help="results directory: fleet.json, hosts/<host>/*.json, kueue/ "
+                     "(ansible-doc mlplatform.gpunode.fleet_report)")
     rep.add_argument("--output", "-o", type=Path, default=None, help="where to write report.{html,md,json} "
                      "(default: the input directory)")
 

@@ -8,8 +8,10 @@ import copy
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 
@@ -53,6 +55,7 @@ def _contracts(hw, accl_by_rail=None, mtu=9000):
     return {"nic_firmware_contract": nicfw, "roce_qos_contract": qos, "gpu_driver_contract": driver}
 
 
+REPO = Path(__file__).resolve().parents[2]
 FLAVOR = {
     "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
     "metadata": {"name": "h100-80gb-dgx-default"},
@@ -208,7 +211,7 @@ def test_markdown_tables(fleet_dir):
                      "**DRIFT** r0=1, r1=1, r2=0, r3=1, r4=1, r5=1, r6=1, r7=1 (expected 1)"]
     assert "- hgx01 rail 2" in md and "is 0, expected 1" in md
     assert re.search(r"^\| dgx01 \| default \| NVIDIA .* \| failed \| 1/2 \| rail 3 0000:5e:00.0", md, re.M)
-    assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| passed \| 0/0 \|", md, re.M)
+    assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| not needed \| passed \| 0/0 \|", md, re.M)
     assert "| gpu | h100-80gb-dgx-default | nvidia.com/gpu | 8 |" in md
     assert re.search(r"^\| dgx01 \| 0 \| hgx01 \| 0 \| 371\.2 \| 400 \| 90% \| pass \|", md, re.M)
     # the flavor given twice (fleet.json and kueue/) is listed once
@@ -240,3 +243,39 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
 def test_empty_directory_gives_an_empty_report(tmp_path):
     written = write_report(tmp_path, tmp_path / "out")
     assert "0 hosts" in written["report.md"][0].read_text()
+
+
+def test_fleet_report_action_renders_what_the_cli_renders(fleet_dir, tmp_path_factory):
+    """The collection's fleet_report action (what playbooks/report.yml runs) writes the same files as
+    ``gpunode report``, to the directory asked for, and rewrites nothing on a second run."""
+    import sys
+
+    from local_play import run_play  # tests/unit is on sys.path (rootdir-relative import mode)
+
+    (fleet_dir / "hosts" / "dgx01" / "reboot.json").write_text(json.dumps({
+        "required": True, "rebooting": False, "failed": True, "rebooted": False,
+        "reason": "Reboot | Power-cycle the host from the controller: non-zero return code"}))
+    fleet = json.loads((fleet_dir / "fleet.json").read_text())
+    fleet["run"] = {"id": "run-20261201T150000Z", "time": "2026-12-01 15:00:00 UTC"}
+    (fleet_dir / "fleet.json").write_text(json.dumps(fleet))
+    out = tmp_path_factory.mktemp("action-out")
+    play = ("---\n- name: Report\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
+            "    - name: Write the fleet report\n      mlplatform.gpunode.fleet_report:\n"
+            f"        input: {fleet_dir}\n        output: {out}\n")
+    work = tmp_path_factory.mktemp("play")
+    inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                 "ansible_python_interpreter": sys.executable}}}}
+    first = run_play(work, inventory, play)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "changed=1" in first.stdout
+    cli_out = tmp_path_factory.mktemp("cli-out")
+    write_report(fleet_dir, cli_out)
+    for name in ("report.html", "report.md", "report.json"):
+        assert (out / name).read_text() == (cli_out / name).read_text(), name
+    md = (out / "report.md").read_text()
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    assert f"mlplatform.gpunode {galaxy['version']}" in md
+    assert "results of run `run-20261201T150000Z` (2026-12-01 15:00:00 UTC)" in md
+    assert "| failed: Reboot \\| Power-cycle the host from the controller: non-zero return code |" in md
+    second = run_play(work, inventory, play)
+    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout

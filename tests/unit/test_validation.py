@@ -211,60 +211,192 @@ def _fleet(hw, names):
     return out
 
 
-def test_two_host_fleet_tests_every_rail_dgx_to_hgx(hw):
+def test_two_host_fleet_tests_every_rail_both_ways(hw):
     tests = validation.select_pairs(_fleet(hw, {"dgx01": "dgx-h100", "hgx01": "hgx-h100"}))
-    assert len(tests) == 8
-    # platform keys sort as "Dell Inc. PowerEdge XE9680" < "NVIDIA DGXH100": the HGX serves
-    assert {(t["server"], t["client"]) for t in tests} == {("hgx01", "dgx01")}
-    assert [t["rail"] for t in tests] == list(range(8))
-    assert [t["port"] for t in tests] == list(range(18515, 18523))
+    assert len(tests) == 16
+    # platform blocks in name order: "Dell Inc. PowerEdge XE9680" < "NVIDIA DGXH100"; a ring of two
+    assert {(t["server"], t["client"]) for t in tests} == {("hgx01", "dgx01"), ("dgx01", "hgx01")}
+    hgx_serves = [t for t in tests if t["server"] == "hgx01"]
+    assert [t["rail"] for t in hgx_serves] == list(range(8))
+    # ports are per host: each host's servers use 18515..18522
+    assert [t["port"] for t in hgx_serves] == list(range(18515, 18523))
+    assert [t["port"] for t in tests if t["server"] == "dgx01"] == list(range(18515, 18523))
     dgx_rdma = [r["rdma_device"] for r in hw["dgx-h100"]["rails"]]
-    assert [t["client_device"] for t in tests] == dgx_rdma  # mlx5_0,3,4,5,6,9,10,11 on the DGX
+    assert [t["client_device"] for t in hgx_serves] == dgx_rdma  # mlx5_0,3,4,5,6,9,10,11 on the DGX
     assert all(t["line_rate_gbps"] == 400 for t in tests)
-    assert tests[3]["id"] == "hgx01:3-dgx01:3"
+    assert hgx_serves[3]["id"] == "hgx01:3-dgx01:3"
 
 
 def test_pairs_cover_every_platform_pair_and_every_host(hw):
     fleet = _fleet(hw, {"dgx01": "dgx-h100", "dgx02": "dgx-h100", "hgx01": "hgx-h100", "hgx02": "hgx-h100",
                         "hgx03": "hgx-h100"})
     fleet["ib01"] = dict(fleet["dgx01"], fabric="ib")
-    tests = validation.select_pairs(fleet)
-    pairs = {(t["fabric"], t["server"], t["client"]) for t in tests}
-    assert pairs == {
-        ("default", "hgx01", "dgx01"),  # DGX <-> HGX
-        ("default", "dgx01", "dgx02"),  # DGX <-> DGX
-        ("default", "hgx01", "hgx02"),  # HGX <-> HGX
-        ("default", "dgx01", "hgx03"),  # hgx03 was uncovered: paired with another platform
-    }
-    assert len(tests) == 4 * 8
-    assert not any(t["fabric"] == "ib" for t in tests)  # a lone host in its fabric has no peer
-    assert len({t["port"] for t in tests}) == len(tests)
+    schedule = validation.bandwidth_schedule(fleet)
+    pairs = {(t["fabric"], t["server"], t["client"]) for t in schedule["tests"]}
+    # the ring: HGX block, then DGX block
+    assert pairs == {("default", "hgx01", "hgx02"), ("default", "hgx02", "hgx03"), ("default", "hgx03", "dgx01"),
+                     ("default", "dgx01", "dgx02"), ("default", "dgx02", "hgx01")}
+    assert schedule["untested"] == {"ib01": "alone in fabric ib: no peer to test against"}
+    assert schedule["max_fan_in"] == 1 and len(schedule["phases"]) == 1
 
 
 def test_pairs_only_on_rails_both_hosts_have(hw):
     fleet = _fleet(hw, {"a": "dgx-h100", "b": "hgx-h100"})
     fleet["b"]["rails"] = fleet["b"]["rails"][:2]
-    assert [t["rail"] for t in validation.select_pairs(fleet)] == [0, 1]
+    assert [t["rail"] for t in validation.select_pairs(fleet)] == [0, 1, 0, 1]
 
 
-def test_judge_blames_both_of_two_and_the_odd_one_of_three():
-    tests = [
-        {"id": "a:0-b:0", "server": "a", "client": "b", "rail": 0, "server_device": "mlx5_0",
-         "client_device": "mlx5_0", "line_rate_gbps": 400},
-        {"id": "a:0-c:0", "server": "a", "client": "c", "rail": 0, "server_device": "mlx5_0",
-         "client_device": "mlx5_0", "line_rate_gbps": 400},
-    ]
-    results = {"a:0-b:0": {"gbps": 372.0, "error": None},
-               "a:0-c:0": {"gbps": None, "error": "Failed to modify QP 0x108 to RTR"}}
+def _synthetic(counts, fabrics=1, rails=8):
+    """``{platform: n}`` -> hosts named p-00001..., spread over ``fabrics``, in an interleaved play order."""
+    hosts, order = {}, []
+    width = max(counts.values())
+    for i in range(width):
+        for platform, n in sorted(counts.items()):
+            if i < n:
+                name = f"{platform.lower()}-{i:05d}"
+                hosts[name] = {"fabric": f"f{len(order) % fabrics}", "platform": platform, "rails": [
+                    {"rail": r, "rdma_device": f"mlx5_{r}", "pci_address": f"0000:{r:02x}:00.0",
+                     "netdev": f"eth{r}", "speed_gbps": 400} for r in range(rails)]}
+                order.append(name)
+    return hosts, order
+
+
+def _check_schedule(hosts, order, schedule, forks):
+    tests = schedule["tests"]
+    by_fabric = {}
+    for name, spec in hosts.items():
+        by_fabric.setdefault(spec["fabric"], []).append(name)
+    for fabric, names in by_fabric.items():
+        platforms = {}
+        for name in names:
+            platforms[hosts[name]["platform"]] = platforms.get(hosts[name]["platform"], 0) + 1
+        mine = [t for t in tests if t["fabric"] == fabric]
+        covered = {tuple(sorted((hosts[t["server"]]["platform"], hosts[t["client"]]["platform"]))) for t in mine}
+        need = {tuple(sorted((a, b))) for a in platforms for b in platforms if a != b or platforms[a] >= 2}
+        assert need <= covered, (fabric, need - covered)
+        if len(names) >= 2:
+            assert {t["server"] for t in mine} == set(names), "every host serves at least once"
+            assert {t["client"] for t in mine} == set(names), "every host is a client at least once"
+    # fan-in: per phase, peers per server host rail (servers of one phase run at the same time)
+    peers = {}
+    for t in tests:
+        peers.setdefault((t["phase"], t["server"], t["rail"]), set()).add(t["client"])
+    assert max(len(p) for p in peers.values()) <= 2
+    assert schedule["max_fan_in"] <= 2
+    # ports: below 65536, unique on each server host
+    assert all(t["port"] < 65536 for t in tests)
+    assert schedule["port_range"][1] < 65536
+    seen = {}
+    for t in tests:
+        assert (t["server"], t["port"]) not in seen, t
+        seen[(t["server"], t["port"])] = t["id"]
+    # waves of forks, in play order; a server lives until its client's last possible finish
+    rank = {h: i for i, h in enumerate(order)}
+    rank_in = {t["id"]: i for i, t in enumerate(tests)}
+    for phase, spec in enumerate(schedule["phases"]):
+        waves = {}
+        for t in tests:
+            if t["phase"] == phase:
+                waves.setdefault(t["wave"], set()).add(t["client"])
+        assert all(len(c) <= forks for c in waves.values())
+        clients = sorted({t["client"] for t in tests if t["phase"] == phase}, key=rank.get)
+        assert [sorted(waves[w], key=rank.get) for w in sorted(waves)] == [
+            clients[i:i + forks] for i in range(0, len(clients), forks)]
+        assert set(spec["servers"]) == {t["server"] for t in tests if t["phase"] == phase}
+        for host, entries in spec["clients"].items():
+            assert all(e["peer"] != host for e in entries)
+        longest = max(len(e) for e in spec["clients"].values())
+        for entries in spec["clients"].values():
+            for k, entry in enumerate(entries):
+                test = tests[rank_in[entry["id"]]]
+                assert test["server_lifetime_s"] >= test["wave"] * longest * 60 + (k + 1) * 60
+
+
+@pytest.mark.parametrize(("counts", "fabrics", "forks"), [
+    ({"DGX": 1, "HGX": 1}, 1, 5),
+    ({"DGX": 1, "HGX": 2}, 1, 5),
+    ({"DGX": 32, "HGX": 32}, 1, 5),
+    ({"DGX": 512, "HGX": 512}, 4, 50),
+    ({"DGX": 2048, "HGX": 2048}, 4, 50),
+    ({"DGX": 1, "HGX": 100}, 1, 20),  # one DGX among 100 HGX
+    ({"DGX": 3, "HGX": 5, "OEM-A": 1, "OEM-B": 2, "OEM-C": 1}, 1, 5),  # five platforms: extra phases
+    ({"A": 1, "B": 1, "C": 1, "D": 1, "E": 1, "F": 1, "G": 1}, 1, 3),  # seven single-host platforms
+], ids=["2", "3", "64", "1024", "4096", "1dgx-100hgx", "5-platforms", "7-singletons"])
+def test_schedule_coverage_fan_in_ports_waves(counts, fabrics, forks):
+    hosts, order = _synthetic(counts, fabrics)
+    schedule = validation.bandwidth_schedule(hosts, order=order, forks=forks)
+    _check_schedule(hosts, order, schedule, forks)
+    n = len(hosts)
+    if len(counts) <= 3:
+        assert schedule["port_range"] == [18515, 18522]
+        # the ring alone: one phase, exactly one test per host and rail on each side
+        assert len(schedule["phases"]) == 1 and len(schedule["tests"]) == 8 * n
+        assert schedule["max_fan_in"] == 1
+
+
+def test_schedule_4096_hosts_bounds():
+    hosts, order = _synthetic({"DGX": 2048, "HGX": 2048}, fabrics=4)
+    schedule = validation.bandwidth_schedule(hosts, order=order, forks=50)
+    assert schedule["max_fan_in"] == 1
+    assert schedule["port_range"] == [18515, 18522]
+    assert schedule["waves"] == 4096 // 50 + 1  # 82 waves of at most 50 clients
+    assert not schedule["untested"]
+
+
+def test_hosts_sharing_an_address_get_distinct_ports():
+    hosts, order = _synthetic({"DGX": 2, "HGX": 2})
+    schedule = validation.bandwidth_schedule(hosts, order=order, addresses=dict.fromkeys(hosts, "127.0.0.1"))
+    assert sorted(t["port"] for t in schedule["tests"]) == list(range(18515, 18515 + 32))
+
+
+def test_schedule_refuses_ports_past_65535():
+    hosts, order = _synthetic({"DGX": 1, "HGX": 1})
+    with pytest.raises(ValueError, match="validation_bandwidth_base_port 65530.*65537"):
+        validation.bandwidth_schedule(hosts, order=order, base_port=65530)
+
+
+def _ring3():
+    hosts, order = _synthetic({"DGX": 1, "HGX": 2}, rails=1)
+    return validation.bandwidth_schedule(hosts, order=order)["tests"]
+
+
+def test_judge_blames_the_broken_host_on_both_sides_and_not_its_peers():
+    tests = _ring3()  # ring dgx-00000 -> hgx-00000 -> hgx-00001 -> dgx-00000
+    assert [(t["server"], t["client"]) for t in tests] == [
+        ("dgx-00000", "hgx-00000"), ("hgx-00000", "hgx-00001"), ("hgx-00001", "dgx-00000")]
+    # dgx-00000's rail is broken: it fails as server of hgx-00000 and as client of hgx-00001
+    results = {tests[0]["id"]: {"gbps": 120.0, "error": None},
+               tests[1]["id"]: {"gbps": 372.0, "error": None},
+               tests[2]["id"]: {"gbps": None, "error": "Failed to modify QP 0x108 to RTR"}}
     judged = validation.judge_pairs(tests, results, 90)
-    assert [p["blamed"] for p in judged["a"]] == [False, False]  # a passed rail 0 with b
-    assert judged["c"][0]["blamed"] is True
-    assert judged["c"][0]["reason"] == (
-        "rail 0 mlx5_0 <-> a mlx5_0: ib_write_bw failed: Failed to modify QP 0x108 to RTR")
-    assert validation.verdict([], judged["a"]) == (True, [])
-    assert validation.verdict([], judged["c"])[0] is False
-    two = validation.judge_pairs(tests[1:], results, 90)
-    assert two["a"][0]["blamed"] and two["c"][0]["blamed"]
+    assert validation.verdict([], judged["hgx-00000"]) == (True, [])
+    assert validation.verdict([], judged["hgx-00001"]) == (True, [])
+    passed, failures = validation.verdict([], judged["dgx-00000"])
+    assert not passed and failures == [
+        "rail 0 mlx5_0 as server <-> hgx-00000 mlx5_0: 120.0 Gb/s < 90% of 400 Gb/s (failed side: server)",
+        "rail 0 mlx5_0 as client <-> hgx-00001 mlx5_0: ib_write_bw failed: Failed to modify QP 0x108 to RTR "
+        "(failed side: client)"]
+    peer = [p for p in judged["hgx-00000"] if p["status"] == "fail"][0]
+    assert peer["side"] == "client" and peer["failed_side"] == "server" and not peer["blamed"]
+
+
+def test_judge_a_server_that_did_not_start_is_blamed_alone():
+    tests = _ring3()
+    results = {t["id"]: {"gbps": 390.0, "error": None} for t in tests}
+    results[tests[0]["id"]] = {"gbps": None, "error": "Couldn't connect to 10.0.0.1:18515"}
+    judged = validation.judge_pairs(tests, results, 90, {tests[0]["id"]: "exit status 1: Unable to open device"})
+    server, client = tests[0]["server"], tests[0]["client"]
+    assert validation.verdict([], judged[client]) == (True, [])
+    entry = [p for p in judged[server] if p["status"] == "fail"][0]
+    assert entry["blamed"] and entry["side"] == "server" and entry["failed_side"] == "server"
+    assert "the server did not run: exit status 1: Unable to open device" in entry["reason"]
+
+
+def test_judge_blames_both_of_two():
+    hosts, order = _synthetic({"DGX": 1, "HGX": 1}, rails=1)
+    tests = validation.bandwidth_schedule(hosts, order=order)["tests"]
+    judged = validation.judge_pairs(tests, {t["id"]: {"gbps": None, "error": "timeout"} for t in tests}, 90)
+    assert all(p["blamed"] and p["failed_side"] == "both" for entries in judged.values() for p in entries)
 
 
 @pytest.mark.parametrize(("gbps", "threshold", "status"), [(360.0, 90, "pass"), (359.9, 90, "fail"),
@@ -275,7 +407,7 @@ def test_threshold_is_a_share_of_line_rate(gbps, threshold, status):
     entry = validation.judge_pairs(tests, {"x": {"gbps": gbps, "error": None}}, threshold)["a"][0]
     assert entry["status"] == status
     if status == "fail":
-        assert entry["reason"].endswith(f"{gbps:.1f} Gb/s < {threshold}% of 400 Gb/s")
+        assert entry["reason"].endswith(f"{gbps:.1f} Gb/s < {threshold}% of 400 Gb/s (failed side: both)")
 
 
 def test_missing_result_fails():

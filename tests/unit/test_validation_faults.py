@@ -31,7 +31,7 @@ from gpunode.sim.tools.state import HostState
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "570.172.08"
 TOOLS = ("nvidia-smi", "mlxconfig", "mlxreg", "ib_write_bw")
-BASE_PORT = 18600  # this suite's TCP ports (18600-18699)
+BASE_PORT = 18740  # this suite's TCP ports (18740-18763: three hosts x 8 rails on one address)
 HOSTS = {"vf-dgx": "dgx-h100", "vf-hgx": "hgx-h100", "vf-hgx2": "hgx-h100"}
 EXPECT = {"driver_version": DRIVER, "link_layer": "Ethernet", "nv_config": {"LINK_TYPE_P1": "ETH", "NUM_OF_VFS": 8},
           "nv_config_settled": True, "roce_accl": {"adaptive_routing_forced_en": 1}}
@@ -172,15 +172,19 @@ def test_clearing_the_faults_passes_every_host(fleet_dir, faulted):
 
 def test_adaptive_routing_mismatch_fails_rdma_and_blames_the_odd_host(fleet_dir, faulted, monkeypatch):
     """After the other faults are cleared, vf-hgx2 alone turns adaptive routing off (the incident).
-    The pairs cover DGX<->HGX and HGX<->HGX; ib_write_bw fails between vf-hgx and vf-hgx2 on every
-    rail as RDMA did, passes DGX<->HGX, and only vf-hgx2 is blamed."""
+    The schedule's ring (vf-hgx -> vf-hgx2 -> vf-dgx -> vf-hgx) covers DGX<->HGX and HGX<->HGX;
+    ib_write_bw fails on every rail of both of vf-hgx2's tests, as RDMA did, passes vf-dgx -> vf-hgx,
+    and only vf-hgx2 is blamed, on both sides."""
     for host in HOSTS:
         converge(fleet_dir, host, adaptive_routing=0 if host == "vf-hgx2" else 1)
     hws = {h: fleet_dir["hosts"][h]["hw"] for h in HOSTS}
     hosts = {h: {"fabric": "default", "platform": validation.platform_key(hw), "rails": hw["rails"]}
              for h, hw in hws.items()}
-    tests = validation.select_pairs(hosts, base_port=BASE_PORT)
-    assert {(t["server"], t["client"]) for t in tests} == {("vf-hgx", "vf-dgx"), ("vf-hgx", "vf-hgx2")}
+    # every simulated host listens on this machine: one address, distinct ports
+    tests = validation.bandwidth_schedule(hosts, order=list(HOSTS), base_port=BASE_PORT,
+                                          addresses=dict.fromkeys(HOSTS, "127.0.0.1"))["tests"]
+    assert {(t["server"], t["client"]) for t in tests} == {("vf-hgx", "vf-hgx2"), ("vf-hgx2", "vf-dgx"),
+                                                           ("vf-dgx", "vf-hgx")}
     results = {}
     for server in sorted({t["server"] for t in tests}):
         monkeypatch.setenv("GPUNODE_SIM_STATE", str(fleet_dir["hosts"][server]["dir"]))
@@ -202,7 +206,10 @@ def test_adaptive_routing_mismatch_fails_rdma_and_blames_the_odd_host(fleet_dir,
     assert verdicts["vf-dgx"] == (True, [])
     assert verdicts["vf-hgx"] == (True, [])  # it passed every rail with vf-dgx
     passed, failures = verdicts["vf-hgx2"]
-    assert not passed and len(failures) == 8
-    assert all(" <-> vf-hgx " in f and "ib_write_bw failed" in f for f in failures)
-    dgx_pairs = [p for p in judged["vf-dgx"]]
-    assert all(p["status"] == "pass" and p["gbps"] >= 0.9 * 400 for p in dgx_pairs)
+    assert not passed and len(failures) == 16
+    assert sum(" as client <-> vf-hgx " in f for f in failures) == 8
+    assert sum(" as server <-> vf-dgx " in f for f in failures) == 8
+    assert all("ib_write_bw failed" in f for f in failures)
+    dgx_serves = [p for p in judged["vf-dgx"] if p["side"] == "server"]
+    assert len(dgx_serves) == 8 and all(p["status"] == "pass" and p["gbps"] >= 0.9 * 400 for p in dgx_serves)
+    assert all(p["failed_side"] == "server" and not p["blamed"] for p in judged["vf-dgx"] if p["side"] == "client")

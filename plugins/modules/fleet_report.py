@@ -1,0 +1,71 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fleet_report
+short_description: Write the fleet report (HTML, Markdown, JSON) from the fleet's machine-readable results
+version_added: 0.2.0
+description:
+  - Runs on the controller (action plugin); the report code and its templates are part of the collection, so a
+    collection installed from Galaxy renders the report without anything else (the C(gpunode report) CLI of the
+    project's repository calls the same code).
+  - >-
+    Reads O(input), a results directory, C(fleet.json) (written by C(playbooks/report.yml) as C({hosts, kueue, run}),
+    per host its C(fabric) and C(contracts), source to entries, the Kueue objects and the run's C(id) and C(time)),
+    C(hosts/<host>/<name>.json) (the files of C(/var/lib/gpunode) fetched from each host, such as C(validation.json)
+    and C(reboot.json)) and C(kueue/*.json|*.yaml). Every part is optional; a host appears when any part names it.
+  - Writes C(report.html), C(report.md) and C(report.json) (the built model) to O(output). A file whose content did
+    not change is not rewritten; the task reports changed when any file was written.
+  - Fails naming the file when an input file is not readable JSON or YAML.
+author:
+  - mlplatform.gpunode developers
+attributes:
+  check_mode:
+    support: full
+    details: Nothing is written in check mode.
+  diff_mode:
+    support: none
+  action:
+    support: full
+  run_once:
+    support: full
+    details: Meant to run once per play.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+options:
+  input:
+    description: The results directory on the controller.
+    type: path
+    required: true
+  output:
+    description: Where to write the report files on the controller; default O(input).
+    type: path
+seealso:
+  - module: mlplatform.gpunode.fleet_contract
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  mlplatform.gpunode.fleet_report:
+    input: "{{ lookup('ansible.builtin.env', 'PWD') }}/gpunode-report"
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+files:
+  description: Report file name to its path and whether this run wrote it (C(written)).
+  returned: always
+  type: dict
+  sample: {"report.html": {"path": "/home/ops/gpunode-report/report.html", "written": true}}
+output:
+  description: The directory the report is in.
+  returned: always
+  type: str
+"""
