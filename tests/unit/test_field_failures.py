@@ -1,0 +1,331 @@
+"""Issue 16, field failures: real output variants, nothing half-applied, no silent typos.
+
+Each test is built from the small input of one numbered item of the issue and asserts what a
+human checks: the parsed values, the error text (host, device, variable) and the state of the
+sysfs tree or the simulated NV config after a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import rdma_tools
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation
+from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
+from module_harness import ExitJson, FailJson, patch_exits, run_module
+
+sim_profile = pytest.importorskip("gpunode.sim.profile")
+sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
+
+REPO = Path(__file__).resolve().parents[2]
+QOS_APPLY = REPO / "roles" / "roce_qos" / "files" / "roce-qos-apply"
+QOS_SAMPLE = "roce-lossless-l3-setup-mlnx_qos-cma_roce_tos-netarbiter.txt"
+LOSSLESS = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [3], "ecn_rp": [3], "cnp_dscp": 48,
+            "roce_tos": 106, "mtu": 9000}
+NEWER_BUFFER = "Receive buffer size (bytes): 130944,130944,0,0,0,0,0,0,max_buffer_size=262016"
+
+
+def newer_mlnx_qos(real_outputs, dcbx="OS controlled", trust="dscp", pfc="0   0   0   1   0   0   0   0"):
+    """The real sample's first report as a newer build prints it: a receive-buffer line with
+    ``max_buffer_size=`` after the 8 sizes, and tc 6 without ``bw:`` (the sample already has none)."""
+    text = (real_outputs / QOS_SAMPLE).read_text()
+    start = text.index("DCBX mode:")
+    block = text[start:text.index("+ sudo sh", start)]
+    block = block.replace("Cable len: 7\n", f"Cable len: 7\n{NEWER_BUFFER}\n")
+    block = block.replace("tc: 0 ratelimit: unlimited, tsa: vendor", "tc: 0 ratelimit: unlimited, tsa: ets, bw: 50%")
+    block = block.replace("OS controlled", dcbx).replace("Priority trust state: dscp", f"Priority trust state: {trust}")
+    return re.sub(r"enabled(\s+\d)+", f"enabled     {pfc}", block)
+
+
+# -- 1. mlnx_qos, newer builds ---------------------------------------------------------------------
+
+
+def test_1_mlnx_qos_newer_build_parses(real_outputs):
+    qos = rdma_tools.parse_mlnx_qos(newer_mlnx_qos(real_outputs))
+    assert qos["receive_buffer_size"] == [130944, 130944, 0, 0, 0, 0, 0, 0]
+    assert qos["max_buffer_size"] == 262016
+    assert qos["tcs"][6] == {"ratelimit": "unlimited", "tsa": "vendor", "bw": None, "priorities": [6]}
+    assert qos["tcs"][0]["bw"] == 50 and qos["tcs"][0]["tsa"] == "ets"
+    assert qos["pfc_priorities"] == [3] and qos["trust"] == "dscp"
+    assert qos["unparsed"] == []
+
+
+@pytest.mark.parametrize("line", [
+    "Receive buffer size (bytes): 130944,130944,0,0,0,0,0,0,max_buffer_size=lots",
+    "Receive buffer size (bytes): 130944,max_buffer_size=262016,0",
+    "Receive buffer size (bytes): 130944,130944,0,0,0,0,0,0,colour=262016",
+    "Receive buffer size (bytes): max_buffer_size=262016",
+])
+def test_1_mlnx_qos_truly_unknown_receive_buffer_line_still_fails(real_outputs, line):
+    text = newer_mlnx_qos(real_outputs).replace(NEWER_BUFFER, line)
+    with pytest.raises(ParseError, match="Receive buffer size"):
+        rdma_tools.parse_mlnx_qos(text)
+
+
+def test_1_mlnx_qos_unknown_tc_line_still_fails(real_outputs):
+    text = newer_mlnx_qos(real_outputs).replace("tc: 6 ratelimit: unlimited, tsa: vendor", "tc: 6 weird")
+    with pytest.raises(ParseError, match="'tc: <n> ratelimit"):
+        rdma_tools.parse_mlnx_qos(text)
+
+
+class NewerTools:
+    """mlnx_qos printing the newer layout, with per-netdev trust/PFC state; cma_roce_tos."""
+
+    def __init__(self, real_outputs, dcbx="OS controlled"):
+        self.real_outputs = real_outputs
+        self.dcbx = dcbx
+        self.qos = {}
+        self.tos = {}
+        self.calls = []
+
+    def __call__(self, module, args, **kwargs):
+        tool = args[0].rsplit("/", 1)[-1]
+        self.calls.append([tool, *args[1:]])
+        if tool == "mlnx_qos":
+            state = self.qos.setdefault(args[2], {"trust": "pcp", "pfc": [0] * 8})
+            if "--trust" in args:
+                state["trust"] = args[args.index("--trust") + 1]
+            if "--pfc" in args:
+                state["pfc"] = [int(v) for v in args[args.index("--pfc") + 1].split(",")]
+            return 0, newer_mlnx_qos(self.real_outputs, self.dcbx, state["trust"],
+                                     "   ".join(str(v) for v in state["pfc"])), ""
+        if tool == "cma_roce_tos":
+            if "-t" in args:
+                self.tos[args[2]] = int(args[args.index("-t") + 1])
+            return 0, f"{self.tos.get(args[2], 0)}\n", ""
+        return 127, "", f"{tool}: not found"
+
+
+@pytest.fixture
+def newer_tools(real_outputs, monkeypatch):
+    fake = NewerTools(real_outputs)
+    patch_exits(monkeypatch)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, args, **kw: fake(self, args, **kw))
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False: f"/usr/bin/{name}")
+    return fake
+
+
+@pytest.fixture
+def hgx(tmp_path):
+    """HGX H100 sysfs tree with tc/1/traffic_class; returns (root, ethernet rail netdev, its RDMA device)."""
+    root = tmp_path / "sys"
+    sim_sysfs.materialize(sim_profile.load_profile("hgx-h100"), root)
+    for dev in (root / "class" / "infiniband").iterdir():
+        (dev / "tc" / "1").mkdir(parents=True)
+        (dev / "tc" / "1" / "traffic_class").write_text("")
+    net = root / "class" / "net"
+    rails = [p for p in sorted(net.iterdir()) if (p / "ecn").is_dir() and (p / "device" / "infiniband").is_dir()]
+    return root, [(p.name, next((p / "device" / "infiniband").iterdir()).name) for p in rails]
+
+
+def test_1_roce_qos_module_configures_a_port_of_a_newer_build(hgx, newer_tools):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    args = {"sysfs_root": str(root), "interfaces": [{"netdev": netdev, "rdma_device": dev, **LOSSLESS}]}
+    result = run_module(roce_qos_module.main, args)
+    assert result["changed"] is True
+    assert result["current"][netdev]["trust"] == "dscp" and result["current"][netdev]["pfc"] == LOSSLESS["pfc"]
+    assert (root / "class" / "net" / netdev / "mtu").read_text() == "9000\n"
+    assert run_module(roce_qos_module.main, args)["changed"] is False
+
+
+def test_1_node_validation_reads_qos_of_a_newer_build(hgx, newer_tools):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    newer_tools.qos[netdev] = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0]}
+
+    class Module:
+        def get_bin_path(self, name, required=False):
+            return f"/usr/bin/{name}"
+
+        def run_command(self, args, **kwargs):
+            return newer_tools(self, args)
+
+    qos = node_validation._qos(Module(), str(root), netdev, dev)
+    assert "error" not in qos
+    assert qos["trust"] == "dscp" and qos["pfc_priorities"] == [3]
+
+
+# -- 2. ibdev2netdev through column -t -------------------------------------------------------------
+
+
+def test_2_ibdev2netdev_column_aligned(real_outputs):
+    lines = [line for line in (real_outputs / "ibdev2netdev-dgx-h100-aben20807.txt").read_text().splitlines()
+             if "==>" in line and not line.startswith("#")]
+    plain = rdma_tools.parse_ibdev2netdev("\n".join(lines))
+    # What `ibdev2netdev | column -t` prints: every field padded to its column's width.
+    fields = [line.split() for line in lines]
+    widths = [max(len(f[i]) for f in fields) for i in range(len(fields[0]))]
+    aligned = "\n".join("  ".join(f[i].ljust(widths[i]) for i in range(len(f))).rstrip() for f in fields)
+    assert "  port  " in aligned or "   " in aligned
+    assert rdma_tools.parse_ibdev2netdev(aligned) == plain
+    assert plain[0]["port"] == 1 and plain[0]["state"] in ("Up", "Down")
+
+
+def test_2_ibdev2netdev_unknown_line_still_fails():
+    with pytest.raises(ParseError, match="==> <netdev>"):
+        rdma_tools.parse_ibdev2netdev("mlx5_0    port  1  =>  ibp24s0  (Up)\n")
+
+
+# -- 3. lspci -vvn numeric forms -------------------------------------------------------------------
+
+
+def test_3_lspci_numeric_heading_lands_in_ids():
+    text = ("19:00.0 0207: 15b3:1021\n"
+            "\tSubsystem: 15b3:0041\n"
+            "\tNUMA node: 0\n"
+            "\tKernel driver in use: mlx5_core\n"
+            "1b:00.0 0302: 10de:2330 (rev a1)\n")
+    cx7, gpu = rdma_tools.parse_lspci(text)
+    assert (cx7["class_id"], cx7["vendor_id"], cx7["device_id"]) == ("0207", "15b3", "1021")
+    assert cx7["address"] == "0000:19:00.0" and cx7["details"]["kernel_driver"] == "mlx5_core"
+    assert (gpu["class_id"], gpu["vendor_id"], gpu["device_id"], gpu["revision"]) == ("0302", "10de", "2330", "a1")
+
+
+def test_3_lspci_named_heading_keeps_its_ids():
+    record = rdma_tools.parse_lspci_heading(
+        "19:00.0 Infiniband controller [0207]: Mellanox Technologies MT2910 Family [ConnectX-7] [15b3:1021]")
+    assert (record["class"], record["class_id"], record["vendor_id"], record["device_id"]) == (
+        "Infiniband controller", "0207", "15b3", "1021")
+    plain = rdma_tools.parse_lspci_heading("19:00.0 Infiniband controller: Mellanox Technologies Device 1021")
+    assert plain["class_id"] is None and plain["vendor_id"] is None
+
+
+# -- 5. firmware-controlled DCBX: no `skipped` key, and the boot unit leaves PFC alone too ------
+
+
+def test_5_firmware_dcbx_writes_ecn_reports_pfc_left_alone_not_skipped(hgx, newer_tools):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    newer_tools.dcbx = "Firmware controlled"
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(root), "interfaces": [
+        {"netdev": netdev, "rdma_device": dev, **LOSSLESS}]})
+    assert "skipped" not in result  # a truthy `skipped` makes Ansible show the task as skipped, changed=0
+    assert result["changed"] is True
+    assert "firmware controlled" in result["left_alone"][netdev]["pfc"]
+    assert "pfc" not in result["interfaces"][netdev]
+    assert not any("--pfc" in call for call in newer_tools.calls)
+    ecn = root / "class" / "net" / netdev / "ecn" / "roce_np" / "enable"
+    assert [(ecn / str(p)).read_text().strip() for p in range(8)] == list("00010000")
+
+
+def _fake_mlnx_qos(tmp_path, dcbx):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "calls.log"
+    for tool in ("mlnx_qos", "cma_roce_tos"):
+        answer = (f"print('DCBX mode: {dcbx}\\nPriority trust state: dscp')" if tool == "mlnx_qos"
+                  else "print(sys.argv[sys.argv.index('-t') + 1])")
+        (bindir / tool).write_text(f"#!{sys.executable}\nimport sys\n"
+                                   f"open({str(log)!r}, 'a').write(' '.join(['{tool}'] + sys.argv[1:]) + '\\n')\n"
+                                   f"{answer}\n")
+        (bindir / tool).chmod(0o755)
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}, log
+
+
+@pytest.mark.parametrize(("dcbx", "trust", "pfc_set"), [
+    ("Firmware controlled", "dscp", False), ("Firmware controlled", None, False),
+    ("OS controlled", "dscp", True), ("OS controlled", None, True)])
+def test_5_boot_unit_follows_the_module_rule_on_pfc(hgx, tmp_path, dcbx, trust, pfc_set):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    env, log = _fake_mlnx_qos(tmp_path, dcbx)
+    item = {"netdev": netdev, "rdma_device": dev, "pfc": [0, 0, 0, 1, 0, 0, 0, 0], "ecn_np": [3], "mtu": 9000}
+    if trust:
+        item["trust"] = trust
+    config = tmp_path / "roce_qos.json"
+    config.write_text(json.dumps({"sysfs_root": str(root), "interfaces": [item]}))
+    proc = subprocess.run([sys.executable, str(QOS_APPLY), str(config)], capture_output=True, text=True,
+                          check=False, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    assert (f"mlnx_qos -i {netdev} --pfc 0,0,0,1,0,0,0,0" in calls) is pfc_set
+    assert ("PFC left alone: DCBX mode is 'Firmware controlled'" in proc.stdout) is not pfc_set
+    # ECN and MTU are applied either way.
+    assert (root / "class" / "net" / netdev / "mtu").read_text() == "9000\n"
+    assert (root / "class" / "net" / netdev / "ecn" / "roce_np" / "enable" / "3").read_text() == "1\n"
+
+
+# -- 12. QoS: every netdev checked before any is written, the real cause named ---------------------
+
+
+def test_12_second_netdev_without_mtu_file_writes_nothing_and_names_the_cause(hgx, newer_tools):
+    root, rails = hgx
+    (first, first_dev), (second, second_dev) = rails[:2]
+    (root / "class" / "net" / second / "mtu").unlink()
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(root), "interfaces": [
+        {"netdev": first, "rdma_device": first_dev, **LOSSLESS},
+        {"netdev": second, "rdma_device": second_dev, **LOSSLESS}]}, FailJson)
+    mtu = root / "class" / "net" / second / "mtu"
+    assert f"netdev {second}: {mtu} is absent (the netdev has no mtu attribute" in result["msg"]
+    assert "DOCA-OFED" not in result["msg"] and "nothing was written" in result["msg"]
+    assert result["msg"].startswith("roce_qos on ")
+    # Nothing half-applied: the first netdev is as it was.
+    assert (root / "class" / "net" / first / "mtu").read_text() != "9000\n"
+    ecn = root / "class" / "net" / first / "ecn" / "roce_np" / "enable"
+    assert [(ecn / str(p)).read_text().strip() for p in range(8)] != list("00010000")
+    assert not any("--trust" in call or "--pfc" in call or "-t" in call for call in newer_tools.calls)
+
+
+def test_12_tool_failing_midway_records_what_was_applied(hgx, newer_tools, monkeypatch):
+    root, rails = hgx
+    (first, first_dev), (second, second_dev) = rails[:2]
+
+    def run(self, args, **kwargs):
+        if args[0].endswith("mlnx_qos") and args[2] == second and "--trust" in args:
+            return 1, "", "Netlink error: Operation not supported"
+        return newer_tools(self, args)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run)
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(root), "interfaces": [
+        {"netdev": first, "rdma_device": first_dev, **LOSSLESS},
+        {"netdev": second, "rdma_device": second_dev, **LOSSLESS}]}, FailJson)
+    assert f"mlnx_qos -i {second} --trust dscp failed (rc 1): Netlink error" in result["msg"]
+    assert f"{root}/class/net/{first}/mtu=9000" in result["applied"][first]
+    assert second not in result["applied"]
+    assert (root / "class" / "net" / first / "mtu").read_text() == "9000\n"
+
+
+# -- 16. contradictions given to the roce_qos module directly --------------------------------------
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"ecn_np": [3, 5]}, "ECN (ecn_np/ecn_rp) is enabled on priorities [5] that have no PFC"),
+    ({"ecn_rp": [4]}, "ECN (ecn_np/ecn_rp) is enabled on priorities [4] that have no PFC"),
+    ({"roce_tos": 160, "ecn_np": [3], "ecn_rp": [3]},
+     "roce_tos 160 is DSCP 40, which the default dscp2prio map puts on priority 5, but PFC is on [3]"),
+    ({"cnp_dscp": 26}, "cnp_dscp 26 equals the data DSCP of roce_tos 106"),
+])
+def test_16_module_refuses_contradictions_before_reading(hgx, newer_tools, change, needle):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(root), "interfaces": [
+        {"netdev": netdev, "rdma_device": dev, **LOSSLESS, **change}]}, FailJson)
+    assert f"netdev {netdev}: {needle}" in result["msg"]
+    assert newer_tools.calls == []
+    assert (root / "class" / "net" / netdev / "mtu").read_text() != "9000\n"
+
+
+def test_16_ecn_without_pfc_is_allowed_when_not_lossless(hgx, newer_tools):
+    root, rails = hgx
+    netdev, dev = rails[0]
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(root), "lossless": False, "interfaces": [
+        {"netdev": netdev, "rdma_device": dev, **LOSSLESS, "pfc": [0] * 8}]})
+    assert result["changed"] is True
+
+
+# -- 17. messages that mislead ---------------------------------------------------------------------
+
+
+def test_17_roce_qos_missing_sysfs_root(tmp_path, newer_tools):
+    result = run_module(roce_qos_module.main, {"sysfs_root": str(tmp_path / "nope"), "interfaces": [
+        {"netdev": "ens1np0", "trust": "dscp"}]}, FailJson)
+    assert f"sysfs_root {tmp_path / 'nope'} does not exist" in result["msg"]
