@@ -14,10 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fake_mft
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import rdma_tools
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig as mlxconfig_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
 from module_harness import ExitJson, FailJson, patch_exits, run_module
@@ -329,3 +331,86 @@ def test_17_roce_qos_missing_sysfs_root(tmp_path, newer_tools):
     result = run_module(roce_qos_module.main, {"sysfs_root": str(tmp_path / "nope"), "interfaces": [
         {"netdev": "ens1np0", "trust": "dscp"}]}, FailJson)
     assert f"sysfs_root {tmp_path / 'nope'} does not exist" in result["msg"]
+
+
+# -- 11. NV config: every device checked against its own query before any is written -------------
+
+RAIL = "0000:18:00.0"
+CARD_B = "0000:29:00.0"
+
+
+@pytest.fixture
+def mft(monkeypatch):
+    fake = fake_mft.FakeMft().add_card("0000:18:00").add_card("0000:29:00", ports=2, link=2,
+                                                               name="MCX755106AS-HEA_Ax")
+    patch_exits(monkeypatch)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None:
+                        f"/usr/bin/{name}" if name in ("mlxconfig", "mlxreg") else None)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: fake.run(argv))
+    return fake
+
+
+@pytest.mark.parametrize(("settings_b", "needle"), [
+    ({"NUM_OF_VFS": 9999}, f"{CARD_B}: NUM_OF_VFS: 9999 is out of range 0..127"),
+    ({"CNP_DSCP": 64}, f"{CARD_B}: CNP_DSCP_P1: 64 is out of range 0..63"),
+    ({"LINK_TYPE": 7}, f"{CARD_B}: LINK_TYPE_P1: 7 is not one of IB(1), ETH(2), VPI(3)"),
+])
+def test_11_bad_value_on_card_b_writes_nothing_on_card_a(mft, settings_b, needle):
+    result = run_module(mlxconfig_module.main, {"devices": [
+        {"device": RAIL, "settings": {"NUM_OF_VFS": 4}},
+        {"device": CARD_B, "settings": settings_b}]}, FailJson)
+    assert needle in result["msg"] and "nothing was written" in result["msg"]
+    assert not [call for call in mft.calls if "set" in call]
+    assert mft.cards["0000:18:00"]["params"]["NUM_OF_VFS"]["next_boot"] == 16  # card A untouched
+
+
+def test_11_tool_failing_midway_records_what_was_written_where(mft, monkeypatch):
+    def run(self, argv, **kwargs):
+        if "set" in argv and CARD_B in argv:
+            return 1, "", "-E- Failed to set configuration: device busy\n"
+        return mft.run(argv)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run)
+    result = run_module(mlxconfig_module.main, {"devices": [
+        {"device": RAIL, "settings": {"NUM_OF_VFS": 4}},
+        {"device": CARD_B, "settings": {"NUM_OF_VFS": 4}}]}, FailJson)
+    assert f"{CARD_B}: mlxconfig set NUM_OF_VFS=4 failed: -E- Failed to set configuration" in result["msg"]
+    assert f"already written for next boot: {RAIL}: NUM_OF_VFS=4" in result["msg"]
+    assert result["written"] == {RAIL: {"NUM_OF_VFS": "4"}}
+    assert result["reboot_required"] is True
+    assert mft.cards["0000:18:00"]["params"]["NUM_OF_VFS"]["next_boot"] == 4
+
+
+# -- 8. reboot_required when mlxconfig shows no current value --------------------------------------
+
+
+def _next_boot_only(text):
+    """A query as `mlxconfig q` prints it on tools that show the next-boot column only."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("Configurations:"):
+            out.append("Configurations:" + " " * 42 + "Next Boot")
+            continue
+        match = re.match(r"^(?P<star>[* ]{8})(?P<name>[A-Z][A-Z0-9_]+)\s+(\S+)\s+(\S+)\s+(?P<next>\S+)\s*$", line)
+        out.append(f"        {match.group('name'):<44}{match.group('next')}" if match else line)
+    return "\n".join(out) + "\n"
+
+
+def test_8_no_current_column_means_reboot_required_unknown(mft, monkeypatch):
+    def run(self, argv, **kwargs):
+        rc, out, err = mft.run(argv)
+        return (rc, _next_boot_only(out), err) if argv[-1] == "q" else (rc, out, err)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run)
+    # Next boot already holds the wish: nothing to write, and nothing known to be pending.
+    result = run_module(mlxconfig_module.main, {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 16}}]})
+    assert result["changed"] is False and result["pending"] == {}
+    assert result["reboot_required"] is True
+    assert result["reboot_unknown"] == {RAIL: ["NUM_OF_VFS"]}
+    assert "unknown, treated as true: mlxconfig prints no current value" in result["reboot_reason"]
+    assert f"{RAIL}: NUM_OF_VFS" in result["reboot_reason"]
+
+
+def test_8_with_a_current_column_there_is_no_reason(mft):
+    result = run_module(mlxconfig_module.main, {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 16}}]})
+    assert result["reboot_required"] is False and result["reboot_unknown"] == {} and result["reboot_reason"] is None
