@@ -17,11 +17,16 @@ from pathlib import Path
 import fake_mft
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import rdma_tools
+from ansible_collections.mlplatform.gpunode.plugins.filter import k8s_objects as k8s_filters
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects, rdma_tools
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info as gpu_info_module
+from ansible_collections.mlplatform.gpunode.plugins.modules import ib_write_bw as ib_write_bw_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig as mlxconfig_module
+from ansible_collections.mlplatform.gpunode.plugins.modules import nic_info as nic_info_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
+from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs as sriov_vfs_module
 from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
@@ -414,3 +419,132 @@ def test_8_no_current_column_means_reboot_required_unknown(mft, monkeypatch):
 def test_8_with_a_current_column_there_is_no_reason(mft):
     result = run_module(mlxconfig_module.main, {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 16}}]})
     assert result["reboot_required"] is False and result["reboot_unknown"] == {} and result["reboot_reason"] is None
+
+
+# -- 14. nic_info: management interface that does not exist; unreadable/garbage vendor file --------
+
+
+@pytest.fixture
+def dgx_root(tmp_path):
+    root = tmp_path / "sys"
+    sim_sysfs.materialize(sim_profile.load_profile("dgx-h100"), root)
+    return root
+
+
+def test_14_management_interface_that_does_not_exist_fails(dgx_root, monkeypatch):
+    patch_exits(monkeypatch)
+    result = run_module(nic_info_module.main, {"sysfs_root": str(dgx_root), "management_interfaces": ["bnod0"]},
+                        FailJson)
+    assert f"management_interfaces bnod0: no such interface under {dgx_root}/class/net" in result["msg"]
+    assert "bond0" in result["msg"]  # the interfaces that do exist are listed
+
+
+def test_14_detected_interfaces_outside_the_tree_are_ignored(dgx_root, monkeypatch):
+    patch_exits(monkeypatch)
+    result = run_module(nic_info_module.main, {"sysfs_root": str(dgx_root), "detected_interfaces": ["eth0", "bond0"]})
+    roles = {n["pci_address"]: n["role"] for n in result["nics"]}
+    assert roles["0000:29:00.1"] == "management"
+
+
+@pytest.mark.parametrize("content", ["garbage\n", ""])
+def test_14_garbage_or_empty_vendor_file_warns_with_the_path(dgx_root, monkeypatch, content):
+    patch_exits(monkeypatch)
+    vendor = dgx_root / "bus" / "pci" / "devices" / "0000:18:00.0" / "vendor"
+    Path(os.path.realpath(vendor)).write_text(content)
+    result = run_module(nic_info_module.main, {"sysfs_root": str(dgx_root)})
+    notes = [n for n in result["discovery_warnings"] if str(vendor) in n]
+    assert len(notes) == 1 and "0000:18:00.0 is left out of NIC and GPU discovery" in notes[0]
+    assert ("holds 'garbage', not a hex PCI vendor id" if content else "unreadable or absent") in notes[0]
+    assert "0000:18:00.0" not in {n["pci_address"] for n in result["nics"]}
+
+
+# -- 15. gpu_info: nvidia_smi_path must exist ------------------------------------------------------
+
+
+def test_15_nvidia_smi_path_that_does_not_exist_fails(dgx_root, tmp_path, monkeypatch):
+    patch_exits(monkeypatch)
+    result = run_module(gpu_info_module.main, {"sysfs_root": str(dgx_root),
+                                               "nvidia_smi_path": str(tmp_path / "nvidia-smi")}, FailJson)
+    assert f"nvidia_smi_path {tmp_path / 'nvidia-smi'} does not exist" in result["msg"]
+    assert result["msg"].startswith("gpu_info on ")
+
+
+# -- 17. sysfs_root that does not exist; ib_write_bw port -----------------------------------------
+
+
+def test_17_sriov_vfs_missing_sysfs_root_says_so(tmp_path, monkeypatch):
+    patch_exits(monkeypatch)
+    result = run_module(sriov_vfs_module.main, {"sysfs_root": str(tmp_path / "nope"),
+                                                "pfs": [{"pci_address": "0000:18:00.0", "num_vfs": 8}]}, FailJson)
+    assert f"sysfs_root {tmp_path / 'nope'} does not exist" in result["msg"]
+    assert "no such PCI device" not in result["msg"]
+
+
+@pytest.mark.parametrize("port", [0, 65536, -1, 70000])
+def test_17_ib_write_bw_port_is_validated_before_use(monkeypatch, port):
+    patch_exits(monkeypatch)
+    calls = []
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, *a, **kw: calls.append(a) or (0, "", ""))
+    result = run_module(ib_write_bw_module.main, {"servers": [{"id": "dgx01:0-hgx01:0", "device": "mlx5_0",
+                                                               "port": port}]}, FailJson)
+    assert (f"servers[0] (id dgx01:0-hgx01:0, device mlx5_0).port: expected a TCP port 1..65535, got {port}"
+            in result["msg"])
+    assert calls == []
+
+
+# -- 6. label domains the kubelet refuses ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("domain", ["gpu.kubernetes.io", "kubernetes.io", "x.k8s.io"])
+def test_6_label_domain_under_kubernetes_io_is_refused_at_render_time(domain):
+    hw = {"gpus": [], "nics": [], "rails": [], "platform": {"product": "DGXH100"}}
+    labels = k8s_filters.node_self_labels(hw, domain)
+    with pytest.raises(k8s_objects.K8sObjectsError, match=f"kubernetes_node_label_domain '{re.escape(domain)}'"):
+        k8s_filters.kubelet_node_labels(labels, "dgx01", domain)
+
+
+def test_6_allowed_domains_and_hostname_label():
+    assert k8s_objects.kubelet_label_errors({"node.kubernetes.io/x": "y"}, "node.kubernetes.io") == []
+    assert k8s_objects.kubelet_label_errors({"gpunode.example.com/x": "y"}, "gpunode.example.com") == []
+    errors = k8s_objects.kubelet_label_errors({"kubernetes.io/hostname": "other"}, "gpunode.example.com")
+    assert errors and "set by the kubelet itself" in errors[0]
+
+
+# -- 10. an expired or invalid bootstrap token -----------------------------------------------------
+
+
+def _join_failure_message(stderr, **variables):
+    """Render the role's join-failure message as Ansible does, from roles/kubernetes_node/tasks/join.yml."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    loader = DataLoader()
+    task = next(t for t in loader.load_from_file(str(REPO / "roles" / "kubernetes_node" / "tasks" / "join.yml"))
+                if t["name"] == "Join | Report a failed join without the token")
+    values = {"inventory_hostname": "hgx01", "kubernetes_node_join_token": "", "kubernetes_node_control_plane_host": "",
+              "kubernetes_node_api_server": "10.0.0.1:6443", "__kubernetes_node_join": {"rc": 1, "stderr": stderr},
+              **variables}
+    values.update({k: trust_as_template(v) for k, v in task["vars"].items()})
+    return Templar(loader=loader, variables=values).template(trust_as_template(task["ansible.builtin.fail"]["msg"]))
+
+
+# What kubeadm (and the simulator's kubeadm, src/gpunode/sim/tools/kubeadm.py) prints for a refused token.
+REFUSED = "error execution phase kubelet-start: the TLS bootstrap failed: Unauthorized"
+
+
+def test_10_refused_user_token_says_expired_and_which_variable():
+    msg = _join_failure_message(REFUSED, kubernetes_node_join_token="abcdef.0123456789abcdef")
+    assert msg.startswith("hgx01: kubeadm join failed (rc 1): " + REFUSED)
+    assert "refused the bootstrap token, probably because it expired" in msg
+    assert "Set a fresh kubernetes_node_join_token" in msg and "kubernetes_node_control_plane_host" in msg
+    assert "0123456789abcdef" not in msg
+
+
+def test_10_refused_token_made_on_the_control_plane_names_that_host():
+    msg = _join_failure_message(REFUSED, kubernetes_node_control_plane_host="cp01")
+    assert "The token was created just now on cp01 (kubernetes_node_control_plane_host)" in msg
+
+
+def test_10_other_join_failures_get_no_token_hint():
+    msg = _join_failure_message("error execution phase preflight: [ERROR Swap]: running with swap on")
+    assert "bootstrap token" not in msg and "running with swap on" in msg
