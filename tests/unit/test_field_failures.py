@@ -548,3 +548,59 @@ def test_10_refused_token_made_on_the_control_plane_names_that_host():
 def test_10_other_join_failures_get_no_token_hint():
     msg = _join_failure_message("error execution phase preflight: [ERROR Swap]: running with swap on")
     assert "bootstrap token" not in msg and "running with swap on" in msg
+
+
+# -- 4. openibd restart while nvidia_peermem is loaded ---------------------------------------------
+
+
+@pytest.fixture
+def simkernel_host(tmp_path, monkeypatch):
+    from gpunode.sim import simkernel
+
+    state = tmp_path / "state"
+    (state / "sys").mkdir(parents=True)
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    deps = {"mlx_compat": "", "mlxfw": "mlx_compat", "ib_core": "mlx_compat", "mlx5_core": "mlx_compat,mlxfw",
+            "ib_uverbs": "ib_core", "mlx5_ib": "mlx5_core,ib_core,ib_uverbs", "ib_umad": "ib_core", "iw_cm": "ib_core",
+            "ib_cm": "ib_core", "rdma_cm": "ib_core,iw_cm,ib_cm", "rdma_ucm": "rdma_cm,ib_uverbs",
+            "ib_ipoib": "ib_core,ib_cm", "nvidia": "", "nvidia_peermem": "nvidia,ib_core"}
+    for name, depends in deps.items():
+        (modules / f"{name}.ko").write_text(f"name={name}\nversion=1\ndepends={depends}\n")
+    (tmp_path / "etc").mkdir()
+    monkeypatch.setenv(simkernel.STATE_ENV, str(state))
+    monkeypatch.setenv(simkernel.MODULE_DIR_ENV, str(modules))
+    monkeypatch.setenv(simkernel.ETC_ENV, str(tmp_path / "etc"))
+    return simkernel, state / "sys" / "module"
+
+
+def test_4_the_simulated_kernel_refuses_like_a_real_one_and_the_role_sequence_works(simkernel_host):
+    import io
+
+    simkernel, modules = simkernel_host
+    assert simkernel.openibd(["start"], out=io.StringIO()) == 0
+    simkernel.load("nvidia_peermem")
+    err = io.StringIO()
+    assert simkernel.openibd(["restart"], out=io.StringIO(), err=err) == 1
+    assert "modules nvidia_peermem" in err.getvalue() and "Unloading ib_core:" in err.getvalue()
+    assert "[FAILED]" in err.getvalue()
+    with pytest.raises(simkernel.ModuleError, match="Module ib_core is in use by: nvidia_peermem"):
+        simkernel.unload("ib_core")
+    # What the ofed role does before a consented restart: rmmod nvidia_peermem, restart, modprobe it again.
+    assert simkernel.rmmod(["nvidia_peermem"], err=io.StringIO()) == 0
+    assert (modules / "nvidia").is_dir()  # rmmod, not modprobe -r: the GPU driver stays
+    assert simkernel.openibd(["restart"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert simkernel.modprobe(["nvidia_peermem"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert "nvidia_peermem" in {p.name for p in (modules / "ib_core" / "holders").iterdir()}
+
+
+def test_4_ofed_role_unloads_peermem_around_the_restart_only():
+    from ansible.parsing.dataloader import DataLoader
+
+    tasks = DataLoader().load_from_file(str(REPO / "roles" / "ofed" / "tasks" / "service.yml"))
+    block = next(t for t in tasks if t.get("name") == "Service | Restart openibd with nvidia_peermem out of the way")
+    assert block["when"] == "__ofed_needs_reload and ofed_allow_restart | bool"  # only a consented restart
+    steps = [(t["name"], t.get("ansible.builtin.command", {}).get("argv"),
+              t.get("ansible.builtin.systemd_service", {}).get("state")) for t in block["block"]]
+    assert [s[1] or s[2] for s in steps[1:]] == [["rmmod", "nvidia_peermem"], "restarted",
+                                                 ["modprobe", "nvidia_peermem"]]
