@@ -188,7 +188,8 @@ def main():
            for kind in ("servers", "clients") for index, test in enumerate(params[kind])
            if not 1 <= test["port"] <= 65535]
     bad += [f"{name}: expected at least 1, got {params[name]}" for name in ("timeout",) if params[name] < 1]
-    bad += [f"connect_retries: expected 0 or more, got {params['connect_retries']}"] if params["connect_retries"] < 0 else []
+    if params["connect_retries"] < 0:
+        bad.append(f"connect_retries: expected 0 or more, got {params['connect_retries']}")
     if bad:
         module.fail_json(msg=f"ib_write_bw on {socket.gethostname()}: " + "; ".join(bad), errors=bad)
     ports = [t["port"] for t in params["servers"]]

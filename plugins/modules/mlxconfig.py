@@ -311,8 +311,9 @@ def main():
                          config=config_for(reread))
     pending = {device: pending_params(block) for device, block in reread.items() if pending_params(block)}
     unknown = _unknown_current(planned, reread)
-    module.exit_json(changed=True, diff=diff, changes=planned["changes"], reboot_required=bool(pending) or bool(unknown),
-                     pending=pending, reboot_unknown=unknown, reboot_reason=_unknown_reason(unknown),
+    module.exit_json(changed=True, diff=diff, changes=planned["changes"],
+                     reboot_required=bool(pending) or bool(unknown), pending=pending, reboot_unknown=unknown,
+                     reboot_reason=_unknown_reason(unknown),
                      skipped_devices=skipped, config=config_for(reread), devices=planned["devices"])
 
 

@@ -27,7 +27,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import nic_info as n
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs as sriov_vfs_module
-from module_harness import ExitJson, FailJson, patch_exits, run_module
+from module_harness import FailJson, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -533,7 +533,7 @@ REFUSED = "error execution phase kubelet-start: the TLS bootstrap failed: Unauth
 
 
 def test_10_refused_user_token_says_expired_and_which_variable():
-    msg = _join_failure_message(REFUSED, kubernetes_node_join_token="abcdef.0123456789abcdef")
+    msg = _join_failure_message(REFUSED, kubernetes_node_join_token="abcdef.0123456789abcdef")  # noqa: S106 - a fake token
     assert msg.startswith("hgx01: kubeadm join failed (rc 1): " + REFUSED)
     assert "refused the bootstrap token, probably because it expired" in msg
     assert "Set a fresh kubernetes_node_join_token" in msg and "kubernetes_node_control_plane_host" in msg
