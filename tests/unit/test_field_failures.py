@@ -524,7 +524,7 @@ def _join_failure_message(stderr, **variables):
     values = {"inventory_hostname": "hgx01", "kubernetes_node_join_token": "", "kubernetes_node_control_plane_host": "",
               "kubernetes_node_api_server": "10.0.0.1:6443", "__kubernetes_node_join": {"rc": 1, "stderr": stderr},
               **variables}
-    values.update({k: trust_as_template(v) for k, v in task["vars"].items()})
+    values.update({k: trust_as_template(v) for k, v in task["vars"].items()})  # the task's own vars
     return Templar(loader=loader, variables=values).template(trust_as_template(task["ansible.builtin.fail"]["msg"]))
 
 
@@ -592,6 +592,29 @@ def test_4_the_simulated_kernel_refuses_like_a_real_one_and_the_role_sequence_wo
     assert simkernel.openibd(["restart"], out=io.StringIO(), err=io.StringIO()) == 0
     assert simkernel.modprobe(["nvidia_peermem"], out=io.StringIO(), err=io.StringIO()) == 0
     assert "nvidia_peermem" in {p.name for p in (modules / "ib_core" / "holders").iterdir()}
+
+
+def test_4_restart_after_an_upgrade_fails_while_peermem_holds_the_old_ib_core(simkernel_host, tmp_path):
+    import io
+
+    simkernel, modules = simkernel_host
+    assert simkernel.openibd(["start"], out=io.StringIO()) == 0
+    simkernel.load("nvidia_peermem")
+    for ko in (tmp_path / "modules").glob("*.ko"):  # a DOCA-OFED upgrade installs new module files
+        if not ko.name.startswith("nvidia"):
+            ko.write_text(ko.read_text().replace("version=1", "version=2"))
+    err = io.StringIO()
+    assert simkernel.openibd(["restart"], out=io.StringIO(), err=err) == 1
+    assert "Unloading ib_core:" in err.getvalue() and "[FAILED]" in err.getvalue()
+    # systemd starts again after a failed ExecStop: the start finds the old ib_core and fails too.
+    err = io.StringIO()
+    assert simkernel.openibd(["start"], out=io.StringIO(), err=err) == 1
+    assert "loaded version 1 disagrees with the installed 2" in err.getvalue() and "[FAILED]" in err.getvalue()
+    # The role's sequence instead: rmmod nvidia_peermem, restart, modprobe nvidia_peermem.
+    assert simkernel.rmmod(["nvidia_peermem"], err=io.StringIO()) == 0
+    assert simkernel.openibd(["restart"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert simkernel.modprobe(["nvidia_peermem"], out=io.StringIO(), err=io.StringIO()) == 0
+    assert simkernel.loaded_version("ib_core") == "2" and simkernel.loaded("nvidia_peermem")
 
 
 def test_4_ofed_role_unloads_peermem_around_the_restart_only():
