@@ -44,6 +44,11 @@ KUBELET_ALLOWED_KEYS = frozenset({
     "topology.kubernetes.io/region", "topology.kubernetes.io/zone",
     "failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
 })
+# Namespaces the kubelet reserves: a --node-labels key under them must be in KUBELET_ALLOWED_DOMAINS or
+# KUBELET_ALLOWED_KEYS, else the kubelet refuses to start.
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
+# Keys the kubelet sets itself; a user value would fight it.
+KUBELET_SET_KEYS = frozenset({"kubernetes.io/hostname"})
 MANAGED_BY = {"app.kubernetes.io/managed-by": "mlplatform.gpunode"}
 
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -92,9 +97,18 @@ def kubelet_label_errors(labels: dict, domain: str) -> list[str]:
     ``feature.node.kubernetes.io``), the kubelet's well-known keys, and the platform ``domain``.
     """
     errors = label_syntax_errors(labels)
+    if domain and any(_in_domain(domain, d) for d in RESERVED_LABEL_DOMAINS) \
+            and not any(_in_domain(domain, d) for d in KUBELET_ALLOWED_DOMAINS):
+        errors.append(f"kubernetes_node_label_domain {domain!r} is under {', '.join(RESERVED_LABEL_DOMAINS)}, whose "
+                      "labels the kubelet refuses in --node-labels (it would not start); use a domain of your own, "
+                      "such as gpunode.example.com")
+        domain = None
     for key in sorted(labels):
         prefix = key.rpartition("/")[0]
-        if any(_in_domain(prefix, d) for d in FORBIDDEN_LABEL_DOMAINS):
+        if key in KUBELET_SET_KEYS:
+            errors.append(f"label {key!r} is set by the kubelet itself (from the node name); do not set it in "
+                          "kubernetes_node_labels")
+        elif any(_in_domain(prefix, d) for d in FORBIDDEN_LABEL_DOMAINS):
             errors.append(
                 f"label {key!r} may not be self-reported by the kubelet: {prefix} labels are refused by the "
                 "kubelet (node-role) or by the NodeRestriction admission plugin (node-restriction); set "

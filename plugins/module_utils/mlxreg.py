@@ -104,6 +104,16 @@ def field_value(value):
     raise ValueError(f"a number, 0x-hex or boolean, got {value!r}")
 
 
+def field_range(name):
+    """The values a ROCE_ACCL field holds: the ``*_en``/``*_disabled``/``*_force`` flags are one bit,
+    ``ack_dscp`` a DSCP (6 bits); any other field is not bounded here."""
+    if name == "ack_dscp":
+        return 0, 63
+    if name.endswith(("_en", "_disabled", "_force")):
+        return 0, 1
+    return 0, 2 ** 32 - 1
+
+
 def plan_fields(desired, read):
     """Compare wished register fields with the ``--get`` read-back.
 
@@ -135,6 +145,11 @@ def plan_fields(desired, read):
                 wanted = field_value(value)
             except ValueError as exc:
                 errors.append(f"{device}: {name}: expected {exc}")
+                continue
+            low, high = field_range(name)
+            if not low <= wanted <= high:
+                errors.append(f"{device}: {name}: {value!r} is out of range {low}..{high}"
+                              + (" (a one-bit flag)" if high == 1 else ""))
                 continue
             if fields[name] != wanted:
                 writes.setdefault(device, {})[name] = wanted

@@ -47,6 +47,13 @@ _MST_RE = re.compile(r"^(?P<card>/dev/mst/mt\d+_pci(?:conf|_cr)\d+)(?:\.(?P<func
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
+# Ranges the firmware accepts for numeric parameters, checked against every device before any is
+# written (issue 16: card A written, card B refused). NUM_OF_VFS: hardware-facts.md "accepted maximum
+# seen 127"; the others are the field widths (DSCP 6 bits, 802.1p 3 bits, an 8-priority mask, a VLAN id).
+NUMBER_RANGES = {"NUM_OF_VFS": (0, 127), "CNP_DSCP": (0, 63), "CNP_802P_PRIO": (0, 7), "ROCE_CC_PRIO_MASK": (0, 255),
+                 "NUM_OF_PF": (1, 2), "BOOT_VLAN": (0, 4095)}
+
+
 class NvConfigError(ValueError):
     """Invalid wishes; ``errors`` lists every problem found (device and parameter named in each)."""
 
@@ -157,6 +164,16 @@ def _check_value(device, param, value, row):
         return f"{device}: {param} is a boolean (prints {printed['raw']}), got {value!r}"
     if printed["name"] is None and printed["number"] is not None and not isinstance(name_number, int):
         return f"{device}: {param} is a number (prints {printed['raw']}), got {value!r}"
+    base = _PORT_RE.sub(lambda m: m.group("base"), param.upper())
+    limits = NUMBER_RANGES.get(base)
+    if limits and printed["name"] is None and isinstance(name_number, int) \
+            and not limits[0] <= name_number <= limits[1]:
+        return f"{device}: {param}: {value!r} is out of range {limits[0]}..{limits[1]} (prints {printed['raw']})"
+    allowed = ENUM_NUMBERS.get(base)
+    if allowed and printed["name"] is not None and printed["name"].upper() in allowed \
+            and name_number not in allowed.values():
+        names = ", ".join(f"{k}({v})" for k, v in allowed.items())
+        return f"{device}: {param}: {value!r} is not one of {names} (prints {printed['raw']})"
     return None
 
 

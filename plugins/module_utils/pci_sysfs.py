@@ -348,6 +348,12 @@ def read_sysfs(root="/sys"):
             warnings.append(f"{link}: dangling link, skipped")
             continue
         record = read_pci_device(root, link, net_index, rdma_index)
+        if record["vendor_id"] is None:
+            # Classification goes by vendor id: a device without one drops out, so say which file and why.
+            vendor_file = os.path.join(link, "vendor")
+            raw = read_attr(vendor_file)
+            why = "unreadable or absent" if not raw else f"holds {raw[:40]!r}, not a hex PCI vendor id"
+            warnings.append(f"{vendor_file}: {why}; {record['address']} is left out of NIC and GPU discovery")
         if record["host_bridge"] is None:
             warnings.append(f"{record['address']}: no pciDDDD:BB host bridge in {os.path.realpath(link)}")
         devices.append(record)

@@ -31,7 +31,8 @@ import re
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError, text_lines
 
-_IBDEV_RE = re.compile(r"^(?P<dev>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>[^()]+)\)$")
+# Single spaces as printed; several (``ibdev2netdev | column -t``) are accepted too.
+_IBDEV_RE = re.compile(r"^(?P<dev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^()]+)\)$")
 _CA_RE = re.compile(r"^CA '(?P<name>[^']+)'$")
 _PORT_RE = re.compile(r"^Port (?P<port>\d+):$")
 _KV_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*)$")
@@ -56,6 +57,8 @@ _VF_DEVICE_RE = re.compile(r"VF offset:\s*(?P<offset>\d+),\s*stride:\s*(?P<strid
                            r"Device ID:\s*(?P<id>[0-9a-fA-F]{4})")
 _LNK_RE = re.compile(r"^(?P<key>LnkCap|LnkSta):\s*(?:Port #\d+,\s*)?Speed (?P<speed>[\d.]+GT/s)[^,]*,\s*"
                      r"Width (?P<width>x\d+)")
+_HEX4_RE = re.compile(r"^[0-9a-fA-F]{4}$")
+_NUMERIC_IDS_RE = re.compile(r"^(?P<vendor_id>[0-9a-fA-F]{4}):(?P<device_id>[0-9a-fA-F]{4})$")
 _VPD_RE = re.compile(r"^\[(?P<tag>[A-Z0-9]{2})\] [^:]+:\s*(?P<value>.*?)\s*$")
 
 # Vendor names as pci.ids prints them, for the heading text; other vendors keep vendor None.
@@ -161,18 +164,41 @@ def _int_list(text, tool, what, line, lineno):
     return [int(item) for item in items]
 
 
+def _receive_buffer(text, tool, line, lineno):
+    """``130944,130944,0,0,0,0,0,0`` -> ``([sizes], {})``; newer builds append ``name=<n>`` items
+    (``...,0,max_buffer_size=262016``) -> ``([sizes], {"max_buffer_size": 262016})``."""
+    what = "'Receive buffer size (bytes): n,n,...[,name=n]'"
+    sizes = []
+    extra = {}
+    for item in (part.strip() for part in text.strip().split(",")):
+        name, sep, value = item.partition("=")
+        if sep and name.strip() == "max_buffer_size" and value.strip().isdigit():
+            extra["max_buffer_size"] = int(value)
+        elif item.isdigit() and not extra:
+            sizes.append(int(item))
+        else:
+            raise ParseError(tool, what, line, lineno)
+    if not sizes:
+        raise ParseError(tool, what, line, lineno)
+    return sizes, extra
+
+
 def parse_mlnx_qos(text):
     """``mlnx_qos -i <if> [...]`` -> ``{"dcbx_mode", "trust", "dscp2prio": {prio: [dscp, ...]},
-    "prio_of_dscp": {dscp: prio}, "cable_len", "receive_buffer_size", "pfc": {"enabled": [8 x 0/1],
+    "prio_of_dscp": {dscp: prio}, "cable_len", "receive_buffer_size", "max_buffer_size",
+    "pfc": {"enabled": [8 x 0/1],
     "buffer": [8 x int] or None}, "pfc_priorities": [priorities with PFC on], "tcs": {tc: {"ratelimit",
     "tsa", "bw", "priorities"}}, "unparsed": [lines not recognised]}``.
 
     Requires ``Priority trust state`` or ``PFC configuration``; a malformed PFC row, dscp2prio row
-    or tc line raises ParseError. Several concatenated outputs: the last one wins.
+    or tc line raises ParseError. Newer builds' variants are read: a ``max_buffer_size=<n>`` item
+    after the receive-buffer sizes, and a tc line without ``bw:`` (``tc: 6 ratelimit: unlimited,
+    tsa: vendor``, bw None). Several concatenated outputs: the last one wins.
     """
     tool = "mlnx_qos"
     result = {"dcbx_mode": None, "trust": None, "dscp2prio": {}, "prio_of_dscp": {}, "cable_len": None,
-              "receive_buffer_size": None, "pfc": None, "pfc_priorities": None, "tcs": {}, "unparsed": []}
+              "receive_buffer_size": None, "max_buffer_size": None, "pfc": None, "pfc_priorities": None,
+              "tcs": {}, "unparsed": []}
     section = None
     tc = None
     pfc_header = None
@@ -198,8 +224,9 @@ def parse_mlnx_qos(text):
             result["cable_len"] = _int_list(stripped.split(":", 1)[1], tool, "'Cable len: <n>'", line, lineno)[0]
             section = None
         elif stripped.startswith("Receive buffer size"):
-            result["receive_buffer_size"] = _int_list(stripped.split(":", 1)[1], tool,
-                                                      "'Receive buffer size (bytes): n,n,...'", line, lineno)
+            sizes, extra = _receive_buffer(stripped.split(":", 1)[1], tool, line, lineno)
+            result["receive_buffer_size"] = sizes
+            result.update(extra)
             section = None
         elif stripped.startswith("tc:"):
             match = _TC_RE.match(stripped)
@@ -395,7 +422,7 @@ def parse_lspci_heading(line):
     slot = match.group("slot").lower()
     text = match.group("text")
     vendor = next((name for name in LSPCI_VENDORS if text.startswith(name + " ")), None)
-    return {
+    record = {
         "address": slot if slot.count(":") == 2 else "0000:" + slot,
         "slot": match.group("slot"),
         "class": match.group("class").strip(),
@@ -406,6 +433,13 @@ def parse_lspci_heading(line):
         "device_id": match.group("device_id").lower() if match.group("device_id") else None,
         "revision": match.group("rev"),
     }
+    # ``lspci -n``/``-vvn`` prints the numbers alone: ``19:00.0 0207: 15b3:1021 (rev 01)``.
+    if record["class_id"] is None and _HEX4_RE.match(record["class"]):
+        record["class_id"] = record["class"].lower()
+    ids = _NUMERIC_IDS_RE.match(text)
+    if record["vendor_id"] is None and ids:
+        record["vendor_id"], record["device_id"] = ids.group("vendor_id").lower(), ids.group("device_id").lower()
+    return record
 
 
 def parse_lspci(text):

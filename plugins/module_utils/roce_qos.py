@@ -242,6 +242,64 @@ def actions(netdev, rdma_device, changes, file_paths):
     return steps
 
 
+def contradictions(entry, lossless=True):
+    """Pure: what in one validated entry contradicts itself -> list of errors (the role's preflight rules).
+
+    - ECN on a priority whose PFC is off (``lossless``, ``pfc`` given): the marked traffic is dropped anyway;
+    - PFC not on the priority the RoCE ToS's DSCP maps to (``lossless``, trust dscp, default dscp2prio map
+      DSCP 8p..8p+7 -> priority p): RoCE traffic would not be lossless;
+    - a CNP DSCP equal to the data DSCP (ToS >> 2): CNPs would queue behind the data they throttle.
+    """
+    errors = []
+    where = f"netdev {entry['netdev']}"
+    pfc = entry.get("pfc")
+    tos = entry.get("roce_tos")
+    if lossless and pfc is not None:
+        ecn = sorted({p for field in ECN_POINTS for p in entry.get(field) or []})
+        without = [p for p in ecn if not pfc[p]]
+        if without:
+            errors.append(f"{where}: ECN (ecn_np/ecn_rp) is enabled on priorities {without} that have no PFC "
+                          f"(pfc {pfc}); lossless RoCE needs PFC on every ECN priority")
+        if tos is not None and entry.get("trust") == "dscp":
+            prio = (tos >> 2) >> 3
+            if not pfc[prio]:
+                errors.append(f"{where}: roce_tos {tos} is DSCP {tos >> 2}, which the default dscp2prio map puts on "
+                              f"priority {prio}, but PFC is on {[p for p in range(8) if pfc[p]]}: RoCE traffic "
+                              "would not be lossless")
+    if tos is not None and entry.get("cnp_dscp") is not None and entry["cnp_dscp"] == tos >> 2:
+        errors.append(f"{where}: cnp_dscp {entry['cnp_dscp']} equals the data DSCP of roce_tos {tos}; "
+                      "CNPs need their own DSCP (48 by default) to reach the sender ahead of the data")
+    return errors
+
+
+def missing_files(netdev, steps):
+    """The write targets of ``steps`` that are absent, with the real cause -> list of errors.
+
+    ``tc/1/traffic_class`` is not checked when a ``cma_roce_tos`` step comes first (on some hosts the
+    file appears only once a ToS is set).
+    """
+    errors = []
+    cma_first = False
+    for step in steps:
+        if step[0] == "run":
+            cma_first = cma_first or step[1][0] == "cma_roce_tos"
+            continue
+        path = step[1]
+        if os.path.exists(path) or (cma_first and path.endswith(os.path.join("tc", "1", "traffic_class"))):
+            continue
+        errors.append(f"netdev {netdev}: {path} is absent ({absent_cause(path)})")
+    return errors
+
+
+def absent_cause(path):
+    """Why a sysfs attribute a QoS write needs is absent (the real cause, for the error)."""
+    if "traffic_class" in path:
+        return "tc/1/traffic_class comes with the DOCA-OFED mlx5_ib driver"
+    if f"{os.sep}ecn{os.sep}" in path:
+        return "the ECN files come with mlx5_core on an Ethernet port"
+    return f"the netdev has no {os.path.basename(path)} attribute; nothing can set it there"
+
+
 def mismatches(after_state, changes):
     """Pure: ``[field: wanted X, reads Y]`` for every change the re-read does not show."""
     return [f"{field}: wanted {change['after']}, reads back {after_state.get(field)}"

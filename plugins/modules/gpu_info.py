@@ -151,6 +151,7 @@ nvidia_smi_error:
 """
 
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import gpu_inventory
@@ -180,6 +181,11 @@ def main():
         supports_check_mode=True,
     )
     root = module.params["sysfs_root"]
+    smi = module.params["nvidia_smi_path"]
+    if smi and not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
+        module.fail_json(msg=f"gpu_info on {socket.gethostname()}: nvidia_smi_path {smi} "
+                             f"{'is not executable' if os.path.exists(smi) else 'does not exist'}; leave it unset "
+                             "to use nvidia-smi from PATH (absent before the driver is installed)", nvidia_smi_path=smi)
     try:
         snapshot = read_sysfs(root)
     except SysfsError as exc:

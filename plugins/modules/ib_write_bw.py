@@ -139,6 +139,7 @@ tests:
 """
 
 import os
+import socket
 import subprocess
 import tempfile
 import time
@@ -213,6 +214,15 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    bad = [f"{kind}[{index}] (id {test['id']}, device {test['device']}).port: expected a TCP port 1..65535, "
+           f"got {test['port']}"
+           for kind in ("servers", "clients") for index, test in enumerate(params[kind])
+           if not 1 <= test["port"] <= 65535]
+    bad += [f"{name}: expected at least 1, got {params[name]}" for name in ("timeout",) if params[name] < 1]
+    if params["connect_retries"] < 0:
+        bad.append(f"connect_retries: expected 0 or more, got {params['connect_retries']}")
+    if bad:
+        module.fail_json(msg=f"ib_write_bw on {socket.gethostname()}: " + "; ".join(bad), errors=bad)
     ports = [t["port"] for t in params["servers"]]
     if len(set(ports)) != len(ports):
         module.fail_json(msg=f"ib_write_bw: two servers on one port: {sorted(ports)}")

@@ -100,9 +100,30 @@ changes:
   type: dict
   sample: {"0000:18:00.0": {"NUM_OF_VFS": {"before": "16", "after": "8"}}}
 reboot_required:
-  description: True when a next-boot value differs from the current one on any device after this call.
+  description:
+    - True when a next-boot value differs from the current one on any device after this call, or when that
+      cannot be told because the tool prints no current value (RV(reboot_unknown)).
   returned: always
   type: bool
+reboot_unknown:
+  description:
+    - Per device the wished parameters whose current value C(mlxconfig) does not print (a query showing only a
+      next-boot column). Whether they are in effect is unknown, so RV(reboot_required) is true; RV(reboot_reason)
+      says why.
+  returned: always
+  type: dict
+  sample: {"0000:18:00.0": ["NUM_OF_VFS"]}
+reboot_reason:
+  description: Why RV(reboot_required) is true although nothing is known to be pending, or null.
+  returned: always
+  type: str
+written:
+  description:
+    - On a failure midway, per device the parameters already set for next boot before it (every device is
+      checked against its own query before the first write, so this happens only when the tool itself fails).
+  returned: failure
+  type: dict
+  sample: {"0000:18:00.0": {"NUM_OF_VFS": "4"}}
 skipped_devices:
   description:
     - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
@@ -170,6 +191,28 @@ def _predicted_pending(planned, blocks):
     return pending
 
 
+def _unknown_current(planned, blocks):
+    """Per device the wished parameters whose current value the tool does not print (only a next-boot
+    column): whether a reboot is needed is unknown, and unknown is treated as needed."""
+    unknown = {}
+    for device, info in planned["devices"].items():
+        rows = (blocks.get(device) or {}).get("params", {})
+        names = [param for param, entry in info["params"].items()
+                 if not entry.get("hidden") and param in rows and rows[param].get("next_boot")
+                 and not rows[param].get("current")]
+        if names:
+            unknown[device] = sorted(names)
+    return unknown
+
+
+def _unknown_reason(unknown):
+    if not unknown:
+        return None
+    where = "; ".join(f"{device}: {', '.join(params)}" for device, params in sorted(unknown.items()))
+    return (f"reboot_required is unknown, treated as true: mlxconfig prints no current value (only next boot) "
+            f"for {where}, so whether the next-boot values are in effect cannot be told")
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -219,9 +262,22 @@ def main():
 
     if module.check_mode or not changed:
         pending = _predicted_pending(planned, blocks)
-        module.exit_json(changed=changed, diff=diff, changes=planned["changes"], reboot_required=bool(pending),
-                         pending=pending, skipped_devices=skipped, config=config_for(blocks),
-                         devices=planned["devices"])
+        unknown = _unknown_current(planned, blocks)
+        module.exit_json(changed=changed, diff=diff, changes=planned["changes"],
+                         reboot_required=bool(pending) or bool(unknown), pending=pending,
+                         reboot_unknown=unknown, reboot_reason=_unknown_reason(unknown),
+                         skipped_devices=skipped, config=config_for(blocks), devices=planned["devices"])
+
+    written = {}  # device -> {param: value} set for next boot so far
+
+    def fail_midway(msg, **extra):
+        # Every device was checked before the first write; if one still fails, say what is already written
+        # where (next boot), so the result and nic_firmware.json tell the operator the state left behind.
+        done = "; ".join(f"{d}: {', '.join(f'{k}={v}' for k, v in sorted(p.items()))}" for d, p in written.items())
+        pending = {d: sorted(p) for d, p in written.items()}
+        module.fail_json(msg=f"{msg}; already written for next boot: {done or 'nothing'}", written=written,
+                         reboot_required=bool(written), pending=pending, changes=planned["changes"],
+                         skipped_devices=skipped, **extra)
 
     for write in planned["writes"]:
         device = write["device"]
@@ -232,14 +288,15 @@ def main():
                 fresh, refused = query_devices(run, binary, [device])
                 missing = [p for p in values if device in refused or p not in fresh[device]["params"]]
                 if missing:
-                    module.fail_json(msg=f"{device}: {', '.join(sorted(missing))} still hidden after "
-                                     "ADVANCED_PCI_SETTINGS=1 was written", changes=planned["changes"])
+                    fail_midway(f"{device}: {', '.join(sorted(missing))} still hidden after "
+                                "ADVANCED_PCI_SETTINGS=1 was written")
             argv = set_argv(binary, device, values)
             rc, out, err = run(argv)
             problems = check_set_output(out) if rc == 0 else [err.strip() or out.strip() or f"exit {rc}"]
             if problems:
-                module.fail_json(msg=f"{device}: mlxconfig set {' '.join(argv[5:])} failed: {'; '.join(problems)}",
-                                 rc=rc, stdout=out, stderr=err, cmd=argv, changes=planned["changes"])
+                fail_midway(f"{device}: mlxconfig set {' '.join(argv[5:])} failed: {'; '.join(problems)}",
+                            rc=rc, stdout=out, stderr=err, cmd=argv)
+            written.setdefault(device, {}).update(values)
 
     try:
         reread, refused = query_devices(run, binary, sorted(planned["devices"]))
@@ -253,8 +310,11 @@ def main():
         module.fail_json(msg="mlxconfig: the change did not take: " + "; ".join(detail), changes=planned["changes"],
                          config=config_for(reread))
     pending = {device: pending_params(block) for device, block in reread.items() if pending_params(block)}
-    module.exit_json(changed=True, diff=diff, changes=planned["changes"], reboot_required=bool(pending),
-                     pending=pending, skipped_devices=skipped, config=config_for(reread), devices=planned["devices"])
+    unknown = _unknown_current(planned, reread)
+    module.exit_json(changed=True, diff=diff, changes=planned["changes"],
+                     reboot_required=bool(pending) or bool(unknown), pending=pending, reboot_unknown=unknown,
+                     reboot_reason=_unknown_reason(unknown),
+                     skipped_devices=skipped, config=config_for(reread), devices=planned["devices"])
 
 
 if __name__ == "__main__":

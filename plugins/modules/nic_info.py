@@ -53,6 +53,16 @@ options:
         address Ansible connects to (for example V(bond0) or V(eno1)).
       - A PF whose netdev is one of these, a slave of one of these bonds, or the lower device of one of these
         VLANs is classified V(management).
+      - Each must exist under C(<sysfs_root>/class/net); one that does not fails the module (a typo would otherwise
+        let the SSH NIC be classified compute).
+    type: list
+    elements: str
+    default: []
+  detected_interfaces:
+    description:
+      - Management interfaces found by the caller (default route, the address Ansible connects to). Used as
+        O(management_interfaces), but one absent from the sysfs tree is ignored (a simulated tree holds only the
+        simulated NICs).
     type: list
     elements: str
     default: []
@@ -294,6 +304,9 @@ discovery_warnings:
   sample: ["override for 0000:55:00.0: not present on this host; ignored"]
 """
 
+import os
+import socket
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
@@ -304,6 +317,7 @@ def main():
         argument_spec={
             "sysfs_root": {"type": "path", "default": "/sys"},
             "management_interfaces": {"type": "list", "elements": "str", "default": []},
+            "detected_interfaces": {"type": "list", "elements": "str", "default": []},
             "overrides": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
@@ -313,10 +327,18 @@ def main():
         snapshot = read_sysfs(root)
     except SysfsError as exc:
         module.fail_json(msg=f"nic_info: {exc}", sysfs_root=root)
+    net_dir = os.path.join(root, "class", "net")
+    absent = [name for name in module.params["management_interfaces"] if not os.path.isdir(os.path.join(net_dir, name))]
+    if absent:
+        module.fail_json(msg=f"nic_info on {socket.gethostname()}: management_interfaces {', '.join(absent)}: "
+                             f"no such interface under {net_dir} (interfaces there: "
+                             f"{', '.join(sorted(os.listdir(net_dir))) if os.path.isdir(net_dir) else 'none'})",
+                         sysfs_root=root)
     try:
         result = classify(
             snapshot,
-            management_interfaces=module.params["management_interfaces"],
+            management_interfaces=list(dict.fromkeys(module.params["management_interfaces"]
+                                                     + module.params["detected_interfaces"])),
             overrides=module.params["overrides"],
         )
     except ValueError as exc:

@@ -24,7 +24,7 @@ description:
   - Every entry is validated before anything is read or applied; an error names the host, the entry, the netdev and
     the field (C(interfaces[0] (netdev ens1np0).pfc)).
   - "When C(mlnx_qos) reports C(DCBX mode: Firmware controlled) the switch negotiates PFC with the NIC; the module
-    then leaves PFC alone and says so in RV(skipped) and a warning instead of fighting it."
+    then leaves PFC alone and says so in RV(left_alone) and a warning instead of fighting it."
   - A netdev whose RDMA port has InfiniBand link layer is refused, as there is no PFC, ECN or DSCP there.
   - None of these settings survives a reboot; the C(roce_qos) role installs a boot unit that re-applies them.
 author:
@@ -74,6 +74,13 @@ options:
       - Root of the sysfs tree. V(/sys) on a real host; a simulated host's tree elsewhere (C(gpunode_sysfs_root)).
     type: path
     default: /sys
+  lossless:
+    description:
+      - The profile is lossless RoCE. Then, before anything is read, an entry is refused that enables ECN on a
+        priority without PFC, or whose V(dscp) trust puts the DSCP of O(interfaces[].roce_tos) on a priority
+        without PFC (default dscp2prio map). A O(interfaces[].cnp_dscp) equal to the data DSCP is always refused.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -140,11 +147,20 @@ dcbx_mode:
   returned: success
   type: dict
   sample: {ens1np0: OS controlled}
-skipped:
-  description: Per netdev the fields left alone on purpose, with the reason (PFC under firmware DCBX).
+left_alone:
+  description:
+    - Per netdev the fields left alone on purpose, with the reason (PFC under firmware DCBX). Not named
+      C(skipped), which Ansible would take for a skipped task.
   returned: success
   type: dict
   sample: {ens1np0: {pfc: "DCBX is firmware controlled: the switch negotiates PFC ..."}}
+applied:
+  description:
+    - On a failure midway, per netdev the commands run and the sysfs writes (C(path=value)) done before it.
+      Every netdev's files are checked before the first write, so this is empty unless a tool or write failed.
+  returned: failure
+  type: dict
+  sample: {ens1np0: ["mlnx_qos -i ens1np0 --trust dscp", "/sys/class/net/ens1np0/mtu=9000"]}
 msg:
   description: On failure, what failed naming the host, netdev and field, or the command and its output.
   returned: failure
@@ -189,11 +205,14 @@ class Runner:
     def fail(self, msg, **extra):
         self.module.fail_json(msg=f"roce_qos on {self.host}: {msg}", **extra)
 
-    def run(self, argv):
+    def try_run(self, argv):
         tool = argv[0]
         if tool not in self.bins:
             self.bins[tool] = self.module.get_bin_path(tool, required=True)
-        rc, out, err = self.module.run_command([self.bins[tool], *argv[1:]], environ_update={"LC_ALL": "C"})
+        return self.module.run_command([self.bins[tool], *argv[1:]], environ_update={"LC_ALL": "C"})
+
+    def run(self, argv):
+        rc, out, err = self.try_run(argv)
         if rc != 0:
             self.fail(f"{' '.join(argv)} failed (rc {rc}): {err.strip() or out.strip()}", rc=rc, stdout=out, stderr=err)
         return out
@@ -245,13 +264,19 @@ def main():
                 "mtu": {"type": "raw"},
             }},
             "sysfs_root": {"type": "path", "default": "/sys"},
+            "lossless": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     host = socket.gethostname()
     root = module.params["sysfs_root"]
     runner = Runner(module, root, host)
+    if not os.path.isdir(root):
+        module.fail_json(msg=f"roce_qos on {host}: sysfs_root {root} does not exist (not a directory)",
+                         errors=[f"sysfs_root {root} does not exist"])
     wanted, errors = roce_qos.validate(module.params["interfaces"])
+    for entry in wanted:
+        errors.extend(roce_qos.contradictions(entry, module.params["lossless"]))
     errors.extend(problem for problem in (_precheck(root, entry) for entry in wanted) if problem)
     if errors:
         module.fail_json(msg=f"roce_qos on {host}: " + "; ".join(errors), errors=errors)
@@ -269,28 +294,42 @@ def main():
         "interfaces": {n: p["changes"] for n, p in plans.items()},
         "current": {n: p["state"] for n, p in plans.items()},
         "dcbx_mode": {n: p["state"]["dcbx_mode"] for n, p in plans.items()},
-        "skipped": {n: p["skipped"] for n, p in plans.items() if p["skipped"]},
+        "left_alone": {n: p["skipped"] for n, p in plans.items() if p["skipped"]},
     }
     changed = any(p["changes"] for p in plans.values())
     diff = {"before": {n: {f: c["before"] for f, c in p["changes"].items()} for n, p in plans.items()},
             "after": {n: {f: c["after"] for f, c in p["changes"].items()} for n, p in plans.items()}}
+    steps = {n: roce_qos.actions(n, p["entry"].get("rdma_device"), p["changes"], p["files"]) for n, p in plans.items()}
+    # Every netdev's files are checked before any netdev is written: nothing half-applied.
+    missing = [e for n, netdev_steps in steps.items() for e in roce_qos.missing_files(n, netdev_steps)]
+    if missing and not module.check_mode:
+        runner.fail("; ".join(missing) + "; nothing was written", errors=missing, **result)
+    for problem in missing:
+        module.warn(f"roce_qos: {problem}: the real run would fail")
     if not changed or module.check_mode:
         module.exit_json(changed=changed, diff=diff, **result)
 
-    for netdev, p in plans.items():
-        for step in roce_qos.actions(netdev, p["entry"].get("rdma_device"), p["changes"], p["files"]):
+    applied = {}
+
+    def fail_midway(msg):
+        # What was written where, so the operator knows the state the failure left.
+        runner.fail(f"{msg}; already applied: {applied or 'nothing'}", applied=applied, **result)
+
+    for netdev, netdev_steps in steps.items():
+        for step in netdev_steps:
             if step[0] == "run":
-                runner.run(step[1])
+                rc, out, err = runner.try_run(step[1])
+                if rc != 0:
+                    fail_midway(f"{' '.join(step[1])} failed (rc {rc}): {err.strip() or out.strip()}")
+                applied.setdefault(netdev, []).append(" ".join(step[1]))
             else:
                 try:
                     _write(step[1], step[2])
                 except FileNotFoundError:
-                    runner.fail(f"netdev {netdev}: {step[1]} is absent (tc/1/traffic_class comes with the DOCA-OFED "
-                                "mlx5_ib driver; ECN files with mlx5_core on an Ethernet port)",
-                                interfaces=result["interfaces"])
+                    fail_midway(f"netdev {netdev}: {step[1]} is absent ({roce_qos.absent_cause(step[1])})")
                 except OSError as exc:
-                    runner.fail(f"netdev {netdev}: writing {step[2]} to {step[1]} failed: {exc.strerror}",
-                                interfaces=result["interfaces"])
+                    fail_midway(f"netdev {netdev}: writing {step[2]} to {step[1]} failed: {exc.strerror}")
+                applied.setdefault(netdev, []).append(f"{step[1]}={step[2]}")
     problems = []
     for netdev, p in plans.items():
         after, _files = runner.read(p["entry"])

@@ -95,6 +95,7 @@ msg:
   sample: "sriov_vfs on gpu01: 0000:18:00.0: 32 VFs requested but sriov_totalvfs is 16; ..."
 """
 
+import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,6 +118,9 @@ def main():
     def fail(errors, **extra):
         module.fail_json(msg=f"sriov_vfs on {host}: " + "; ".join(errors), errors=errors, **extra)
 
+    if not os.path.isdir(os.path.join(root, "bus", "pci", "devices")):
+        fail([f"sysfs_root {root} does not exist" if not os.path.isdir(root)
+              else f"sysfs_root {root} has no bus/pci/devices (not a sysfs tree)"], sysfs_root=root)
     desired, errors = sriov.validate_request(module.params["pfs"])
     if errors:
         fail(errors)

@@ -54,6 +54,7 @@ class FakeMft:
         self.cards = {}
         self.reject = set()
         self.not_taking = {}  # device -> params whose write is ignored
+        self.failing_set = set()  # devices whose `set` fails after a good query (a tool failing midway)
         self.calls = []
         self.accl = {}
 
@@ -161,6 +162,8 @@ class FakeMft:
             if args[-1] == "q":
                 return 0, self.query(device), ""
             if "set" in args:
+                if device in self.failing_set:
+                    return 1, "", f"-E- Failed to set configuration of {device}: Device or resource busy\n"
                 return self.set(device, args[args.index("set") + 1:])
         if tool == "mlxreg":
             if device not in self.accl or device in self.reject:
@@ -183,7 +186,8 @@ def save(fake, path):
     import json
 
     state = {"cards": fake.cards, "reject": sorted(fake.reject), "accl": fake.accl,
-             "not_taking": {k: sorted(v) for k, v in fake.not_taking.items()}}
+             "not_taking": {k: sorted(v) for k, v in fake.not_taking.items()},
+             "failing_set": sorted(fake.failing_set)}
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(state, handle)
 
@@ -197,6 +201,7 @@ def load(path):
     fake.cards, fake.accl = state["cards"], state["accl"]
     fake.reject = set(state["reject"])
     fake.not_taking = {k: set(v) for k, v in state["not_taking"].items()}
+    fake.failing_set = set(state.get("failing_set", ()))
     return fake
 
 

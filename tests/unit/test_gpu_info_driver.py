@@ -83,8 +83,14 @@ def test_module_without_a_loaded_driver_reports_why(run, hgx_root, tmp_path):
     assert result["gpu_count"] == 8
 
 
-def test_module_without_nvidia_smi(run, hgx_root, tmp_path):
-    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(tmp_path / "absent")})
+def test_module_with_an_nvidia_smi_path_that_does_not_exist_fails(run, hgx_root, tmp_path):
+    result = run({"sysfs_root": str(hgx_root), "nvidia_smi_path": str(tmp_path / "absent")}, FailJson)
+    assert f"nvidia_smi_path {tmp_path / 'absent'} does not exist" in result["msg"]
+
+
+def test_module_without_nvidia_smi_on_path(run, hgx_root, monkeypatch):
+    monkeypatch.setattr(gpu_info.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: None)
+    result = run({"sysfs_root": str(hgx_root)})
     assert result["driver_loaded"] is False and result["nvidia_smi_error"] is None
 
 

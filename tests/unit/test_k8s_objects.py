@@ -199,7 +199,7 @@ def test_node_role_label_in_node_labels_is_rejected_with_a_clear_message(key):
 
 @pytest.mark.parametrize(("key", "ok"), [
     ("node.kubernetes.io/instance-type", True), ("feature.node.kubernetes.io/pci-15b3.present", True),
-    (f"{DOMAIN}/fabric", True), (f"sub.{DOMAIN}/x", True), ("kubernetes.io/hostname", True),
+    (f"{DOMAIN}/fabric", True), (f"sub.{DOMAIN}/x", True), ("kubernetes.io/hostname", False),
     ("kubernetes.io/foo", False), ("example.com/x", False),
 ])
 def test_kubelet_label_rules(key, ok):

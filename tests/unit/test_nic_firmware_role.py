@@ -175,3 +175,45 @@ def test_boot_program_writes_reads_back_and_fails_loudly(tmp_path):
     assert proc.returncode == 1
     assert ("gpunode-roce-accl: MISMATCH 0000:40:00.0: ROCE_ACCL adaptive_routing_forced_en reads 0x0, "
             "expected 0x1") in proc.stderr
+
+
+# -- issue 16: typos, keys that match nothing, and a failure midway ------------------------------
+
+
+def test_unknown_role_key_fails_and_a_misspelled_variable_warns(fleet):
+    proc, _ = fleet["play"](nic_firmware_settings={"compte": {"NUM_OF_VFS": 4}},
+                            nic_firmware_setings={"compute": {"NUM_OF_VFS": 4}})
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "node1: nic_firmware_settings has compte, which is not a NIC role; valid keys: compute, storage," in text
+    assert ("variable nic_firmware_setings is not a variable of this role and is ignored; "
+            "did you mean nic_firmware_settings?") in text
+    assert all(c["params"]["NUM_OF_VFS"]["next_boot"] == 16 for c in fleet["fake"]().cards.values())
+
+
+def test_override_on_a_nic_whose_role_has_no_settings_fails(fleet):
+    other = next(n for n in fleet["nics"] if n["role"] not in ("compute",))
+    proc, _ = fleet["play"](nic_firmware_device_overrides={other["pci_address"]: {"NUM_OF_VFS": 4}})
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert (f"nic_firmware_device_overrides names {other['pci_address']} (role {other['role']}), but NICs of "
+            "that role get no NV config") in text
+    assert fleet["rails"][0]["pci_address"] in text  # the valid keys are listed
+
+
+def test_failure_midway_is_recorded_in_nic_firmware_json(fleet):
+    fake = fleet["fake"]()
+    bad = fleet["rails"][-1]
+    fake.failing_set.add(bad["pci_address"])
+    fleet["save"](fake)
+    proc, result = fleet["play"]()
+    assert proc.returncode != 0
+    assert f"{bad['pci_address']}: mlxconfig set" in proc.stdout and "already written for next boot" in proc.stdout
+    assert result["failed"] is True and result["reboot_required"] is True
+    written = set(result["written"])
+    assert bad["pci_address"] not in written and fleet["rails"][0]["pci_address"] in written
+    cards = fleet["fake"]().cards
+    # What nic_firmware.json says was written is what the cards hold for next boot.
+    for device, params in result["written"].items():
+        card = cards[device.rsplit(".", 1)[0]]["params"]
+        assert all(str(card[p]["next_boot"]) == v for p, v in params.items() if p in card)

@@ -103,12 +103,24 @@ def test_more_vfs_than_total_fails_naming_host_netdev_and_variable(tmp_path, dgx
     ({"roce_qos_ecn_rp_priorities": [3, 5]}, "ECN is enabled on priorities [5]"),
     ({"roce_qos_pfc_priorities": [3, 9]}, "invalid RoCE QoS profile for fabric default"),
     ({"roce_qos_tos": 300}, "invalid RoCE QoS profile"),
+    ({"roce_qos_cnp_dscp": 26}, "roce_qos_cnp_dscp 26 equals the data DSCP of roce_qos_tos 106"),
 ])
 def test_contradicting_qos_is_rejected_before_anything_is_applied(tmp_path, dgx_tree, extra, needle):
     proc = _play(tmp_path, dgx_tree, **extra)
     assert proc.returncode != 0
     assert needle in proc.text
     assert "node1:" in proc.text
+
+
+def test_profile_for_a_fabric_no_host_is_in_fails_and_a_typo_warns(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, gpunode_fabric="east", roce_qos_profiles={"eats": {"mtu": 4200}},
+                 roce_qos_mut=4200)
+    assert proc.returncode != 0
+    assert ("roce_qos_profiles has eats, which is not the fabric (gpunode_fabric / roce_qos_fabric) of any host "
+            "in this play; valid keys: east") in proc.text
+    assert "variable roce_qos_mut is not a variable of this role and is ignored; did you mean roce_qos_mtu?" \
+        in proc.text
+    assert (dgx_tree / "class/net/ibp24s0/mtu").read_text().strip() != "4200"
 
 
 def test_profiles_override_per_fabric(tmp_path, dgx_tree):
@@ -200,11 +212,30 @@ def test_hgx_rails_get_the_lossless_profile_then_nothing_changes(tmp_path, hgx_r
     assert "changed=0" in again.text, again.stdout
 
 
-def test_cx7_28_46_1006_congestion_control_caveat_warns(tmp_path, hgx_roce):
+@pytest.mark.parametrize(("next_boot", "current", "warns"), [
+    ("255", "255", True),   # really wrong in firmware
+    ("8", "255", False),    # right for next boot, reboot pending: not a mismatch
+    ("8", "8", False),      # the defaults: nic_firmware wrote 8 (issue 16 item 7: no false warning)
+])
+def test_cx7_28_46_1006_congestion_control_caveat_compares_the_firmware_value(tmp_path, hgx_roce, next_boot,
+                                                                             current, warns):
+    tree, env = hgx_roce
+    rail0 = sorted((tree / "class" / "infiniband").iterdir())[0]
+    (rail0 / "fw_ver").write_text("28.46.1006\n")
+    pci = Path(os.path.realpath(rail0 / "device")).name
+    config = {pci: {"ROCE_CC_PRIO_MASK_P1": {"default": "255", "current": current, "next_boot": next_boot}}}
+    proc = _play(tmp_path, tree, "--check", env_extra=env, nic_firmware_config=config)
+    assert proc.returncode == 0, proc.stdout
+    assert ("congestion control applies globally, so ROCE_CC_PRIO_MASK must be 8" in proc.text) is warns
+    if warns:
+        assert f"({pci}) ROCE_CC_PRIO_MASK_P1 reads 255 for next boot and 255 now" in proc.text
+
+
+def test_cx7_congestion_control_mask_unread_says_so(tmp_path, hgx_roce):
     tree, env = hgx_roce
     rail0 = sorted((tree / "class" / "infiniband").iterdir())[0]
     (rail0 / "fw_ver").write_text("28.46.1006\n")
     proc = _play(tmp_path, tree, "--check", env_extra=env)
     assert proc.returncode == 0, proc.stdout
-    assert "run CX-7 firmware 28.46.1006, on which congestion control applies globally" in proc.text
-    assert "priorities [0, 1, 2, 3, 4, 5, 6, 7]) must match the roce_rp ECN enables [3]" in proc.text
+    assert "not read (run the nic_firmware role in the same play)" in proc.text
+    assert "priorities [0, 1, 2, 3, 4, 5, 6, 7]" not in proc.text  # the old check of roce_qos_cc_prio_mask

@@ -381,6 +381,16 @@ def openibd(argv, out=sys.stdout, err=sys.stderr):
             print(f"Loading Mellanox MLX5 modules: FAILED (missing {', '.join(missing)}; "
                   "is mlnx-ofed-kernel-dkms installed?)", file=err)
             return 1
+        # A module left loaded by a stop that failed (ib_core held by nvidia_peermem) keeps its old
+        # version: the new modules do not link against it, as on a real kernel.
+        stale = [(m, loaded_version(m), read_module_file(m)["version"]) for m in OPENIBD_MODULES
+                 if loaded(m) and loaded_version(m) != read_module_file(m)["version"]]
+        if stale:
+            name, running, installed = stale[0]
+            print(f"{name}: loaded version {running} disagrees with the installed {installed} "
+                  "(a stop that failed left it loaded)", file=err)
+            print("Loading HCA driver and Access Layer:                       [FAILED]", file=err)
+            return 1
         for name in OPENIBD_MODULES:
             load(name)
         print("Loading HCA driver and Access Layer:                       [  OK  ]", file=out)

@@ -1,0 +1,289 @@
+"""Bad-input sweep (issue 16): every module's and every role's inputs fed wrong types, unknown keys,
+out-of-range values, contradictions and missing paths.
+
+Each case must end in a clear error (the message names what is wrong) with nothing written: the
+sysfs tree is byte-for-byte as before, the fake MFT cards hold the same NV config and no tool was
+asked to change anything. The counters at the end are the acceptance figures: 0 half-applied, 0
+accepted in silence.
+
+Modules run in-process (module_harness). Roles are swept at the level where each check lives
+without a playbook run: the types of every role variable through the role's own
+``meta/argument_specs.yml`` (what ansible-core validates at role start), and misspelled variables
+through the ``unknown_variables`` filter the preflight tasks use. Role checks that need a play
+(unknown role/fabric keys, contradictions) are covered by the role tests named in README.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import fake_mft
+import pytest
+import yaml
+from ansible.module_utils import basic
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
+from ansible_collections.mlplatform.gpunode.plugins.modules import (
+    gpu_info,
+    ib_write_bw,
+    mlxconfig,
+    mlxconfig_info,
+    mlxfwreset,
+    nic_info,
+    node_validation,
+    roce_accl,
+    roce_qos,
+    sriov_vfs,
+)
+from module_harness import ExitJson, FailJson, patch_exits, run_module
+
+sim_profile = pytest.importorskip("gpunode.sim.profile")
+sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
+
+REPO = Path(__file__).resolve().parents[2]
+RAIL = "0000:18:00.0"
+DUAL = ("0000:29:00.0", "0000:29:00.1")
+OUTCOMES = {"clear_error": 0, "half_applied": 0, "accepted_in_silence": 0}
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A fresh HGX tree, a fake MFT and stand-ins for every other tool, all recording calls."""
+    root = tmp_path / "sys"
+    sim_sysfs.materialize(sim_profile.load_profile("hgx-h100"), root)
+    for dev in (root / "class" / "infiniband").iterdir():
+        (dev / "tc" / "1").mkdir(parents=True)
+        (dev / "tc" / "1" / "traffic_class").write_text("")
+    mft = fake_mft.FakeMft().add_card("0000:18:00").add_card("0000:29:00", ports=2, link=2, name="MCX755106AS-HEA_Ax")
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append(list(argv))
+        tool = argv[0].rsplit("/", 1)[-1]
+        if tool in ("mlxconfig", "mlxreg"):
+            return mft.run(argv)
+        return 1, "", f"{tool}: must not run in the sweep"
+
+    patch_exits(monkeypatch)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
+    net = root / "class" / "net"
+    rails = [p.name for p in sorted(net.iterdir()) if (p / "ecn").is_dir() and (p / "device" / "infiniband").is_dir()]
+    rdma = next((net / rails[0] / "device" / "infiniband").iterdir()).name
+    pf = next(p.name for p in sorted((root / "bus" / "pci" / "devices").iterdir())
+              if (p / "sriov_totalvfs").exists() and (p / "net").is_dir())
+    return {"root": root, "mft": mft, "calls": calls, "netdev": rails[0], "rdma": rdma, "tmp": tmp_path, "pf": pf}
+
+
+def digest(root):
+    """Every file of the tree (path, content) hashed: any write shows."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                continue
+            h.update(path.encode())
+            with open(path, "rb") as handle:
+                h.update(handle.read())
+    return h.hexdigest()
+
+
+def nv_state(mft):
+    return {slot: {p: v["next_boot"] for p, v in card["params"].items()} for slot, card in mft.cards.items()}
+
+
+def qos_entry(e, **change):
+    return {"netdev": e["netdev"], "rdma_device": e["rdma"], "trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0],
+            "ecn_np": [3], "ecn_rp": [3], "cnp_dscp": 48, "roce_tos": 106, "mtu": 9000, **change}
+
+
+# (id, module, kind, args(env) -> dict, needle in the error)
+CASES = [
+    # roce_qos
+    # ansible-core's own message for a list element that is not a dict (it does not name the option).
+    ("roce_qos-type", roce_qos, "wrong type", lambda e: {"interfaces": "ens1np0"}, "dictionary requested"),
+    ("roce_qos-type-pfc", roce_qos, "wrong type", lambda e: {"interfaces": [qos_entry(e, pfc="yes")]}, "pfc"),
+    ("roce_qos-unknown", roce_qos, "unknown key", lambda e: {"interfaces": [qos_entry(e, pfc_prio=[3])]}, "pfc_prio"),
+    ("roce_qos-unknown-top", roce_qos, "unknown key", lambda e: {"interfaces": [qos_entry(e)], "sysfsroot": "/"},
+     "sysfsroot"),
+    ("roce_qos-mtu", roce_qos, "out of range", lambda e: {"interfaces": [qos_entry(e, mtu=12000)]}, "mtu"),
+    ("roce_qos-cnp", roce_qos, "out of range", lambda e: {"interfaces": [qos_entry(e, cnp_dscp=64)]}, "cnp_dscp"),
+    ("roce_qos-tos", roce_qos, "out of range", lambda e: {"interfaces": [qos_entry(e, roce_tos=256)]}, "roce_tos"),
+    ("roce_qos-ecn", roce_qos, "out of range", lambda e: {"interfaces": [qos_entry(e, ecn_np=[8])]}, "ecn_np"),
+    ("roce_qos-pfc8", roce_qos, "out of range", lambda e: {"interfaces": [qos_entry(e, pfc=[1] * 7)]}, "pfc"),
+    ("roce_qos-ecn-no-pfc", roce_qos, "contradiction", lambda e: {"interfaces": [qos_entry(e, ecn_rp=[3, 4])]},
+     "that have no PFC"),
+    ("roce_qos-tos-no-pfc", roce_qos, "contradiction",
+     lambda e: {"interfaces": [qos_entry(e, pfc=[0, 0, 0, 0, 1, 0, 0, 0], ecn_np=[4], ecn_rp=[4])]},
+     "would not be lossless"),
+    ("roce_qos-cnp-data", roce_qos, "contradiction", lambda e: {"interfaces": [qos_entry(e, cnp_dscp=26)]},
+     "equals the data DSCP"),
+    ("roce_qos-twice", roce_qos, "contradiction", lambda e: {"interfaces": [qos_entry(e), qos_entry(e, mtu=4200)]},
+     "listed twice"),
+    ("roce_qos-root", roce_qos, "missing path",
+     lambda e: {"sysfs_root": str(e["tmp"] / "nope"), "interfaces": [qos_entry(e)]}, "does not exist"),
+    ("roce_qos-netdev", roce_qos, "missing path", lambda e: {"interfaces": [qos_entry(e, netdev="ens999np0")]},
+     "no such interface"),
+    ("roce_qos-rdma", roce_qos, "missing path", lambda e: {"interfaces": [qos_entry(e, rdma_device="mlx5_99")]},
+     "RDMA device mlx5_99 not found"),
+    ("roce_qos-tos-needs-dev", roce_qos, "missing path", lambda e: {"interfaces": [qos_entry(e, rdma_device=None)]},
+     "required with roce_tos"),
+    # sriov_vfs
+    ("sriov-type", sriov_vfs, "wrong type", lambda e: {"pfs": [{"pci_address": e["pf"], "num_vfs": "eight"}]},
+     "num_vfs"),
+    ("sriov-unknown", sriov_vfs, "unknown key", lambda e: {"pfs": [{"pci_address": e["pf"], "numvfs": 8}]},
+     "num_vfs found in pfs"),
+    ("sriov-range", sriov_vfs, "out of range", lambda e: {"pfs": [{"pci_address": e["pf"], "num_vfs": 999}]},
+     "sriov_totalvfs"),
+    ("sriov-negative", sriov_vfs, "out of range", lambda e: {"pfs": [{"pci_address": e["pf"], "num_vfs": -1}]},
+     "num_vfs"),
+    ("sriov-twice", sriov_vfs, "contradiction",
+     lambda e: {"pfs": [{"pci_address": e["pf"], "num_vfs": 4}, {"pci_address": e["pf"], "num_vfs": 8}]},
+     "listed twice"),
+    ("sriov-root", sriov_vfs, "missing path",
+     lambda e: {"sysfs_root": str(e["tmp"] / "nope"), "pfs": [{"pci_address": e["pf"], "num_vfs": 8}]},
+     "does not exist"),
+    ("sriov-device", sriov_vfs, "missing path", lambda e: {"pfs": [{"pci_address": "0000:99:00.0", "num_vfs": 8}]},
+     "0000:99:00.0"),
+    # mlxconfig
+    ("mlxconfig-type", mlxconfig, "wrong type", lambda e: {"devices": [{"device": RAIL, "settings": "x"}]},
+     "settings"),
+    ("mlxconfig-unknown", mlxconfig, "unknown key", lambda e: {"devices": [{"device": RAIL, "setting": {}}]},
+     "setting"),
+    ("mlxconfig-param", mlxconfig, "unknown key",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"NUM_OF_VF": 8}}]}, "NUM_OF_VF"),
+    ("mlxconfig-vfs", mlxconfig, "out of range",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 9999}}]}, "out of range 0..127"),
+    ("mlxconfig-bool", mlxconfig, "out of range",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"SRIOV_EN": 5}}]}, "is a boolean"),
+    ("mlxconfig-link", mlxconfig, "out of range",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"LINK_TYPE": 7}}]}, "is not one of"),
+    ("mlxconfig-card", mlxconfig, "contradiction",
+     lambda e: {"devices": [{"device": DUAL[0], "settings": {"NUM_OF_VFS": 4}},
+                            {"device": DUAL[1], "settings": {"NUM_OF_VFS": 8}}]}, "NV config is per card"),
+    ("mlxconfig-twice", mlxconfig, "contradiction",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 4}},
+                            {"device": RAIL, "settings": {"NUM_OF_VFS": 4}}]}, "listed twice"),
+    ("mlxconfig-device", mlxconfig, "missing path",
+     lambda e: {"devices": [{"device": RAIL, "settings": {"NUM_OF_VFS": 4}},
+                            {"device": "0000:99:00.0", "settings": {"NUM_OF_VFS": 4}}]}, "0000:99:00.0"),
+    # mlxconfig_info, roce_accl, mlxfwreset
+    ("mlxconfig_info-type", mlxconfig_info, "wrong type", lambda e: {"devices": {"a": 1}}, "devices"),
+    ("mlxconfig_info-unknown", mlxconfig_info, "unknown key", lambda e: {"devices": [RAIL], "skip": True}, "skip"),
+    ("mlxconfig_info-device", mlxconfig_info, "missing path", lambda e: {"devices": ["0000:99:00.0"]}, "0000:99:00.0"),
+    ("roce_accl-type", roce_accl, "wrong type", lambda e: {"devices": [{"device": RAIL, "fields": "x"}]}, "fields"),
+    ("roce_accl-unknown", roce_accl, "unknown key",
+     lambda e: {"devices": [{"device": RAIL, "fields": {"adaptive_routing_forced": 1}}]}, "adaptive_routing_forced"),
+    ("roce_accl-range", roce_accl, "out of range",
+     lambda e: {"devices": [{"device": RAIL, "fields": {"adaptive_routing_forced_en": 7}}]},
+     "adaptive_routing_forced_en"),
+    ("roce_accl-device", roce_accl, "missing path",
+     lambda e: {"devices": [{"device": "0000:99:00.0", "fields": {"adaptive_routing_forced_en": 1}}]},
+     "0000:99:00.0"),
+    ("mlxfwreset-type", mlxfwreset, "wrong type", lambda e: {"devices": {"a": 1}}, "devices"),
+    ("mlxfwreset-unknown", mlxfwreset, "unknown key", lambda e: {"devices": [RAIL], "force": True}, "force"),
+    # discovery modules
+    ("nic_info-type", nic_info, "wrong type", lambda e: {"overrides": "x"}, "overrides"),
+    ("nic_info-unknown", nic_info, "unknown key", lambda e: {"management_interface": ["bond0"]},
+     "management_interface"),
+    ("nic_info-override", nic_info, "out of range", lambda e: {"overrides": {RAIL: {"role": "compte"}}}, "compte"),
+    ("nic_info-mgmt", nic_info, "missing path", lambda e: {"management_interfaces": ["bnod0"]}, "bnod0"),
+    ("nic_info-root", nic_info, "missing path", lambda e: {"sysfs_root": str(e["tmp"] / "nope")}, "does not exist"),
+    ("gpu_info-unknown", gpu_info, "unknown key", lambda e: {"nvidia_smi": "/usr/bin/nvidia-smi"}, "nvidia_smi"),
+    ("gpu_info-smi", gpu_info, "missing path", lambda e: {"nvidia_smi_path": str(e["tmp"] / "nvidia-smi")},
+     "does not exist"),
+    ("gpu_info-root", gpu_info, "missing path", lambda e: {"sysfs_root": str(e["tmp"] / "nope")}, "does not exist"),
+    # validation, perftest
+    ("node_validation-type", node_validation, "wrong type", lambda e: {"hw": "x"}, "hw"),
+    ("node_validation-unknown", node_validation, "unknown key",
+     lambda e: {"hw": {"gpus": [], "rails": [], "nics": []}, "expect": {"mtuu": 9000}}, "mtuu"),
+    ("node_validation-hw", node_validation, "missing path", lambda e: {"hw": {"gpus": []}}, "hw.rails is missing"),
+    ("ib_write_bw-type", ib_write_bw, "wrong type",
+     lambda e: {"servers": [{"id": "a", "device": "mlx5_0", "port": "eighteen"}]}, "port"),
+    ("ib_write_bw-unknown", ib_write_bw, "unknown key",
+     lambda e: {"servers": [{"id": "a", "device": "mlx5_0", "port": 18515, "host": "x"}]}, "host"),
+    ("ib_write_bw-port", ib_write_bw, "out of range",
+     lambda e: {"servers": [{"id": "a", "device": "mlx5_0", "port": 70000}]}, "1..65535"),
+    ("ib_write_bw-ports", ib_write_bw, "contradiction",
+     lambda e: {"servers": [{"id": "a", "device": "mlx5_0", "port": 18515},
+                            {"id": "b", "device": "mlx5_3", "port": 18515}]}, "two servers on one port"),
+]
+
+CHANGING_ARGS = ("--trust", "--pfc", "-t", "set", "--set", "reset")
+
+
+@pytest.mark.parametrize(("module", "kind", "build", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_module_bad_input_is_a_clear_error_with_nothing_written(env, module, kind, build, needle):
+    args = {"sysfs_root": str(env["root"])} if "sysfs_root" in _spec_keys(module) else {}
+    args.update(build(env))
+    before_tree, before_nv = digest(env["root"]), nv_state(env["mft"])
+    try:
+        result = run_module(module.main, args, FailJson)
+    except BaseException as exc:  # ExitJson (accepted) or an uncaught traceback
+        if isinstance(exc, ExitJson) or type(exc).__name__ == "Failed":
+            OUTCOMES["accepted_in_silence"] += 1
+        raise
+    written = (digest(env["root"]) != before_tree or nv_state(env["mft"]) != before_nv
+               or any(arg in CHANGING_ARGS for call in env["calls"] for arg in call[1:]))
+    OUTCOMES["half_applied" if written else "clear_error"] += 1
+    assert not written, f"{kind}: something was written: {env['calls']}"
+    assert needle in result["msg"], result["msg"]
+
+
+def _spec_keys(module):
+    source = Path(module.__file__).read_text()
+    return {"sysfs_root"} if '"sysfs_root"' in source else set()
+
+
+# -- roles: every variable's type through the role's argument_specs; typos through the filter ----
+
+ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/meta/argument_specs.yml"))
+WRONG = {"bool": "not-a-bool", "int": "ten", "float": "x", "list": {"a": 1}, "dict": "not-a-dict",
+         "path": ["a", "b"], "str": {"a": 1}}
+
+
+def _role_options(role):
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    return specs["main"]["options"]
+
+
+def _role_type_cases():
+    for role in ROLES:
+        for name, option in _role_options(role).items():
+            kind = option.get("type", "str")
+            if kind in WRONG and kind not in ("str", "raw", "path"):
+                yield pytest.param(role, name, option, id=f"{role}-{name}")
+
+
+@pytest.mark.parametrize(("role", "name", "option"), list(_role_type_cases()))
+def test_role_variable_of_the_wrong_type_is_refused_at_role_start(role, name, option):
+    options = {name: {k: v for k, v in option.items() if k in ("type", "elements", "choices", "options")}}
+    result = ArgumentSpecValidator(options).validate({name: WRONG[option["type"]]})
+    assert result.error_messages, f"{role}: {name}={WRONG[option['type']]!r} accepted"
+    assert name in " ".join(result.error_messages)
+
+
+def _typo(name):
+    """A one-letter slip: drop the last-but-one letter (nic_firmware_settings -> nic_firmware_settigs)."""
+    return name[:-2] + name[-1]
+
+
+@pytest.mark.parametrize("role", ["nic_firmware", "roce_qos"])
+def test_role_variable_typo_warns_with_the_closest_name(role):
+    known = list(_role_options(role))
+    for name in known:
+        found = unknown_variables([_typo(name), *known], known, f"{role}_")
+        assert [f["name"] for f in found] == [_typo(name)]
+        assert found[0]["closest"] == name, (name, found)
+        assert f"did you mean {name}?" in found[0]["message"]
+
+
+def test_sweep_counts_zero_half_applied_zero_silent():
+    """Runs last (file order): the figures README.md quotes."""
+    assert OUTCOMES["half_applied"] == 0
+    assert OUTCOMES["accepted_in_silence"] == 0
