@@ -89,10 +89,18 @@ unit: deps ## pytest unit and conformance tests
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
 
+molecule-%: image # one molecule scenario, e.g. make molecule-qos
+	molecule test -s $*
+
 e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
 	pytest -q -m e2e tests/e2e
 
-test: lint unit molecule e2e ## everything CI runs
+# The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
+# (also when one fails) and writes them to .cache/stage-times.tsv.
+TEST_STAGES = lint unit image $(addprefix molecule-,$(SCENARIOS)) e2e
+
+test: deps ## everything CI runs (lint, unit, each molecule scenario, e2e), with per-stage wall times
+	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)
 
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)
