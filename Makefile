@@ -83,8 +83,12 @@ lint: deps ## yamllint, ansible-lint (production profile), ruff
 	ansible-lint
 	ruff check src plugins tests molecule bench
 
-unit: deps ## pytest unit and conformance tests
-	pytest -q tests/unit
+# pytest-xdist workers for `make unit` (auto: one per core); loadfile keeps a module's tests, and so
+# its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
+PYTEST_WORKERS ?= auto
+
+unit: deps ## pytest unit and conformance tests, on every core
+	pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit
 
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
