@@ -34,7 +34,6 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 DEMO_KAPI_PORT ?= 18643
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
-SCENARIOS += discovery
 SCENARIOS += install
 SCENARIOS += mixed_fabric
 SCENARIOS += qos
