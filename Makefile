@@ -34,7 +34,6 @@ DEMO_REPORT ?= $(GPUNODE_SIM_DIR)/report
 DEMO_KAPI_PORT ?= 18643
 # One line per molecule scenario, run in this order by `make molecule`.
 SCENARIOS :=
-SCENARIOS += discovery
 SCENARIOS += install
 SCENARIOS += mixed_fabric
 SCENARIOS += qos
@@ -83,16 +82,28 @@ lint: deps ## yamllint, ansible-lint (production profile), ruff
 	ansible-lint
 	ruff check src plugins tests molecule bench
 
-unit: deps ## pytest unit and conformance tests
-	pytest -q tests/unit
+# pytest-xdist workers for `make unit` (auto: one per core); loadfile keeps a module's tests, and so
+# its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
+PYTEST_WORKERS ?= auto
+
+unit: deps ## pytest unit and conformance tests, on every core
+	pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit
 
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
 
+molecule-%: image # one molecule scenario, e.g. make molecule-qos
+	molecule test -s $*
+
 e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
 	pytest -q -m e2e tests/e2e
 
-test: lint unit molecule e2e ## everything CI runs
+# The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
+# (also when one fails) and writes them to .cache/stage-times.tsv.
+TEST_STAGES = lint unit image $(addprefix molecule-,$(SCENARIOS)) e2e
+
+test: deps ## everything CI runs (lint, unit, each molecule scenario, e2e), with per-stage wall times
+	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)
 
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)

@@ -11,6 +11,14 @@ Kubernetes API emulator (``gpunode kapi``) as the control plane: the host must e
 The hook serves HTTPS with a certificate from a test site CA (``tests/unit/testca.py``); the seed's
 ``ca_certs`` gives cloud-init that CA, as the MAAS user data does (inventories/example/hook).
 
+Before that, while the host is still fresh, ``site.yml --check --diff`` runs against it (it had a
+module and a host of its own, tests/e2e/test_site_check_mode.py; one fresh host serves both, issue
+15): the install stage shows the repositories, keys and packages it would add; the stages after it
+end for the host with the reason (they read the host through DOCA-OFED and the driver, not
+installed yet) instead of failing on a missing tool. Then no file under /etc, /usr, /opt,
+/var/lib/gpunode or the simulated hardware state is newer than a marker written before the run,
+and no package was installed.
+
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
 
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -63,8 +72,10 @@ rm -f /usr/sbin/policy-rc.d
 """
 
 
-def sh(*argv: str, check: bool = True, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd)
+def sh(*argv: str, check: bool = True, timeout: float = 600, cwd: Path | None = None,
+       env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
+                          env=env)
     if check and proc.returncode != 0:
         tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
@@ -85,6 +96,34 @@ def sim_host(tmp_path_factory):
         yield state
     finally:
         sh("gpunode", "sim", "down", "--missing-ok", HOST, check=False)
+
+
+# First in this module: it needs the host fresh, before the hook provisions it.
+def test_site_check_mode_on_a_fresh_host_changes_nothing(sim_host, tmp_path):
+    sh("gpunode", "sim", "inventory", "-o", str(tmp_path / "hosts.yml"), HOST)
+    sh("podman", "exec", CONTAINER, "sh", "-c", "touch /tmp/gpunode-check-marker && sleep 1")
+    proc = sh("ansible-playbook", "-i", str(tmp_path / "hosts.yml"), "playbooks/site.yml", "--check", "--diff",
+              "-e", '{"gpunode_reboot_ok": true}', cwd=REPO, timeout=1200,
+              env={**os.environ, "GPUNODE_REPORT_DIR": str(tmp_path / "report"), "ANSIBLE_NOCOLOR": "1",
+                   "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})  # one line per message
+    out = proc.stdout
+    recap = re.search(rf"^{HOST}\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", out, re.M)
+    assert recap, out[-3000:]
+    # What would change is shown: the DOCA and CUDA sources with their keys, the pinned packages.
+    assert int(recap.group(1)) > 0
+    assert "doca.sources" in out and "cuda.sources" in out
+    assert f"{HOST}: check mode, the DOCA-Host repository is not configured yet: would install doca-ofed=2.9.1-1" in out
+    assert "nvidia-driver-570-server-open=570.172.08-*" in out and "nvidia-fabricmanager-570=570.172.08-*" in out
+    # The stages after install say why they stop for this host.
+    assert f"{HOST}: check mode on a host without DOCA-OFED/the NVIDIA driver installed" in out
+    # Nothing changed on the host.
+    newer = sh("podman", "exec", CONTAINER, "sh", "-c",
+               "find /etc /usr /opt /var/lib/gpunode /var/lib/gpunode-sim -newer /tmp/gpunode-check-marker "
+               "\\( -type f -o -type l \\) 2>/dev/null; true").stdout.split()
+    assert newer == []
+    assert sh("podman", "exec", CONTAINER, "dpkg-query", "-W", "doca-ofed", check=False).returncode != 0
+    assert sh("podman", "exec", CONTAINER, "test", "-e", "/var/lib/gpunode/discovery.json",
+              check=False).returncode != 0
 
 
 @pytest.fixture(scope="module")

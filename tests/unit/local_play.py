@@ -16,12 +16,45 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port(first: int, last: int) -> int:
-    """The first port in ``range(first, last)`` nothing listens on (each test module has its own range)."""
-    for port in range(first, last):
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError(f"no free port in {first}-{last - 1}")
+    """The first port in ``range(first, last)`` nothing listens on and this process can bind.
+
+    Each test module has its own range (other sessions on the machine use theirs). Under pytest-xdist
+    a worker takes only every Nth port of a range (N workers, offset by the worker's number), so two
+    workers never pick the same port between the check here and the server's bind.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    offset = int(worker[2:]) % workers if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    for port in range(first + offset, last, workers):
+        if _free(port):
+            return port
+    raise RuntimeError(f"no free port in {first}-{last - 1} for this worker ({worker} of {workers})")
+
+
+def free_port_block(first: int, last: int, count: int) -> int:
+    """The first port of ``count`` consecutive ports in ``range(first, last)`` that are all free.
+
+    For a test that starts one server per port from a base (ib_write_bw pairs); under pytest-xdist
+    each worker scans its own blocks, as in ``free_port``."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    offset = int(worker[2:]) % workers if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    for base in range(first + offset * count, last - count + 1, workers * count):
+        if all(_free(port) for port in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} free ports in {first}-{last - 1} for this worker ({worker} of {workers})")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        if sock.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def run_play(tmp_path: Path, inventory: dict, play: str, *args: str) -> subprocess.CompletedProcess:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,12 @@ import kubernetes
 import pytest
 import yaml
 from kubernetes.dynamic import DynamicClient
+from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 from test_k8s_objects import discover  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer
+
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
 
 REPO = Path(__file__).resolve().parents[2]
 KUEUE = REPO.parent / "shared" / "schemas" / "kueue"
@@ -35,14 +37,6 @@ PLAY = """---
 """
 
 
-def free_port() -> int:
-    for port in range(16440 + 40, 16490):  # this helper's range, apart from the other tests'
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
-
-
 @pytest.fixture(scope="module")
 def fleet_hw():
     return {p: discover(p) for p in ("dgx-h100", "hgx-h100")}
@@ -52,7 +46,7 @@ def fleet_hw():
 def cluster(tmp_path):
     if not KUEUE.is_dir():
         pytest.skip(f"{KUEUE} is absent: the Kueue CRD schemas come from ../shared/schemas")
-    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+    with RunningServer(tmp_path / "kapi", free_port(16480, 16490)) as srv:
         dyn = DynamicClient(kubernetes.config.new_client_from_config(srv.kubeconfig))
         crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
         for path in [*sorted(KUEUE.glob("*.yaml")), NAD_CRD]:

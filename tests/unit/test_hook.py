@@ -10,15 +10,16 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 from starlette.testclient import TestClient
 
 from gpunode import cli
@@ -65,6 +66,11 @@ PLAYBOOK = """\
 def site(tmp_path, monkeypatch):
     """A project dir with a two-stage playbook, a local inventory and the run's secrets file."""
     monkeypatch.setenv("GPUNODE_HOOK_SECRET", SECRET)
+    # The runs' private data dirs go to this test's own temp dir, not the /tmp that other tests
+    # (pytest-xdist workers, other sessions) share: the leak check below sees only this test's runs.
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     project = tmp_path / "project"
     project.mkdir()
     (project / "play.yml").write_text(PLAYBOOK)
@@ -80,19 +86,6 @@ def site(tmp_path, monkeypatch):
     (tmp_path / "validation").mkdir()
     (tmp_path / "validation" / "node-a.json").write_text(json.dumps({"verdict": "passed"}))
     return tmp_path
-
-
-def free_port() -> int:
-    """A free TCP port in this project's hook range (18080-18099), so parallel sessions do not collide."""
-    for port in range(18081, 18100):
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port in 18081-18099")
 
 
 def make_config(site: Path, **kw) -> HookConfig:
@@ -360,7 +353,8 @@ def test_no_secret_in_artifacts_results_logs_or_database(site, capfd):
     out, err = capfd.readouterr()
     assert SECRET not in out + err and RUN_TOKEN not in out + err
     # private_data_dirs are gone: nothing of the run is left outside the state dir.
-    assert not list(Path("/tmp").glob(f"gpunode-hook-run{runs[0]['id']}-*"))
+    assert not list((site / "tmp").glob(f"gpunode-hook-run{runs[0]['id']}-*"))
+    assert tempfile.gettempdir() == str(site / "tmp")  # where job.py made them
 
 
 def test_inventory_refresh_gets_credentials_the_run_never_sees_and_fqdn_names(site, monkeypatch):
@@ -433,7 +427,7 @@ def _serve(site: Path, port: int, log) -> subprocess.Popen:
 
 
 def test_service_restarted_mid_queue_loses_no_request(site):
-    port = free_port()
+    port = free_port(18081, 18100)
     auth = {"Authorization": f"Bearer {SECRET}"}
     with open(site / "serve.log", "wb") as log:
         proc = _serve(site, port, log)
@@ -557,7 +551,7 @@ def test_capi_machine_annotation_write_back(site, tmp_path):
     assert find_machine(machines, "node-b", None)["metadata"]["name"] == "m3"
     assert find_machine(machines, "node-c", "nope") is None
 
-    with RunningServer(tmp_path / "kapi", free_port()) as kapi:
+    with RunningServer(tmp_path / "kapi", free_port(18081, 18100)) as kapi:
         import kubernetes
         from kubernetes.dynamic import DynamicClient
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import socket
 from pathlib import Path
 
 import kubernetes
@@ -17,6 +16,7 @@ import pytest
 import yaml
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ApiException
+from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer, spki_sha256
 from gpunode.kapi.store import ApiError, Store, parse_label_selector, selector_matches, strategic_merge_patch
@@ -24,18 +24,9 @@ from gpunode.kapi.store import ApiError, Store, parse_label_selector, selector_m
 SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas" / "kueue"
 
 
-def free_port() -> int:
-    """A free port in this helper's range (16443-16499), so parallel sessions never collide."""
-    for port in range(16470, 16500):
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port in 16470-16499")
-
-
 @pytest.fixture
 def kapi(tmp_path):
-    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+    with RunningServer(tmp_path / "kapi", free_port(16470, 16480)) as srv:
         yield srv
 
 

@@ -17,6 +17,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs impor
 from gpunode.sim.profile import load_profile
 from gpunode.sim.sysfs import materialize
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 SCRIPT = REPO / "roles" / "nic_firmware" / "files" / "gpunode-roce-accl"

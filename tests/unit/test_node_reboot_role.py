@@ -13,6 +13,8 @@ from pathlib import Path
 import fake_mft
 import pytest
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 RAIL = "0000:18:00.0"

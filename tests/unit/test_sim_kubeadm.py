@@ -12,22 +12,14 @@ import io
 import json
 import re
 import shutil
-import socket
 
 import pytest
+from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer
 from gpunode.sim.tools import kubeadm, kubectl, kubelet
 
 DOMAIN = "gpunode.mlplatform.io"
-
-
-def free_port() -> int:
-    for port in range(16450, 16470):  # this helper's range (16443-16499), apart from test_kapi's
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port in 16450-16469")
 
 
 def run(tool, argv):
@@ -39,7 +31,7 @@ def run(tool, argv):
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
     """A running emulator, a control-plane root with admin.conf and a node root with a CRI socket."""
-    with RunningServer(tmp_path / "kapi", free_port()) as srv:
+    with RunningServer(tmp_path / "kapi", free_port(16450, 16470)) as srv:
         cp, node = tmp_path / "cp", tmp_path / "node"
         (cp / "etc/kubernetes").mkdir(parents=True)
         shutil.copy(srv.kubeconfig, cp / "etc/kubernetes/admin.conf")

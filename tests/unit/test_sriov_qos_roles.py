@@ -15,6 +15,8 @@ import pytest
 from gpunode.sim.profile import load_profile
 from gpunode.sim.sysfs import materialize
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "network.yml"
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))

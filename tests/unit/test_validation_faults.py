@@ -24,14 +24,17 @@ import pytest
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+from local_play import free_port_block  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.sim import fleet, hwstate
 from gpunode.sim.tools.state import HostState
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
+
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = "570.172.08"
 TOOLS = ("nvidia-smi", "mlxconfig", "mlxreg", "ib_write_bw")
-BASE_PORT = 18740  # this suite's TCP ports (18740-18763: three hosts x 8 rails on one address)
+PORTS = (18700, 18800)  # this suite's TCP ports; each run takes a free block (three hosts x 8 rails on one address)
 HOSTS = {"vf-dgx": "dgx-h100", "vf-hgx": "hgx-h100", "vf-hgx2": "hgx-h100"}
 EXPECT = {"driver_version": DRIVER, "link_layer": "Ethernet", "nv_config": {"LINK_TYPE_P1": "ETH", "NUM_OF_VFS": 8},
           "nv_config_settled": True, "roce_accl": {"adaptive_routing_forced_en": 1}}
@@ -181,7 +184,7 @@ def test_adaptive_routing_mismatch_fails_rdma_and_blames_the_odd_host(fleet_dir,
     hosts = {h: {"fabric": "default", "platform": validation.platform_key(hw), "rails": hw["rails"]}
              for h, hw in hws.items()}
     # every simulated host listens on this machine: one address, distinct ports
-    tests = validation.bandwidth_schedule(hosts, order=list(HOSTS), base_port=BASE_PORT,
+    tests = validation.bandwidth_schedule(hosts, order=list(HOSTS), base_port=free_port_block(*PORTS, 8 * len(HOSTS)),
                                           addresses=dict.fromkeys(HOSTS, "127.0.0.1"))["tests"]
     assert {(t["server"], t["client"]) for t in tests} == {("vf-hgx", "vf-hgx2"), ("vf-hgx2", "vf-dgx"),
                                                            ("vf-dgx", "vf-hgx")}

@@ -18,6 +18,8 @@ from local_play import free_port, run_play  # tests/unit is on sys.path (rootdir
 
 from gpunode.kapi.server import RunningServer
 
+pytestmark = pytest.mark.slow  # ansible-playbook runs on materialized hosts (README: slow tests)
+
 KEY = "gpunode.mlplatform.io/not-validated"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 PLAY = """---
