@@ -78,10 +78,15 @@ deps: system-deps venv collection
 image: deps ## build the simulated hosts' image (cached by recipe)
 	gpunode sim image
 
-lint: deps ## yamllint, ansible-lint (production profile), ruff
+lint: deps ## yamllint, ansible-lint (production profile), ruff, antsibull-changelog lint
 	yamllint --strict .
 	ansible-lint
 	ruff check src plugins tests molecule bench
+	antsibull-changelog lint
+
+.PHONY: sanity
+sanity: deps ## ansible-test sanity on the built collection (offline, empty ignore file; see .ci/sanity)
+	.ci/sanity
 
 unit: deps ## pytest unit and conformance tests
 	pytest -q tests/unit
@@ -92,7 +97,7 @@ molecule: image ## molecule scenarios on simulated hosts
 e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud-init)
 	pytest -q -m e2e tests/e2e
 
-test: lint unit molecule e2e ## everything CI runs
+test: lint sanity unit molecule e2e ## everything CI runs
 
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report
 	gpunode sim up $(DEMO_HOSTS)

@@ -16,7 +16,7 @@ description:
     the peer's server starts, and returns the measured average bandwidth in Gb/s (C(--report_gbits)).
   - A test measures and changes nothing on the host, so the module never reports changed. In check mode nothing runs.
   - Without perftest on the host every client result carries the error instead of failing the task.
-author: mlplatform.gpunode developers
+author: mlplatform.gpunode developers (@mlplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -123,7 +123,6 @@ tests:
 """
 
 import os
-import subprocess
 import tempfile
 import time
 
@@ -139,13 +138,24 @@ def _start_servers(module, binary, servers, extra, timeout):
     for server in servers:
         argv = [timeout_bin, str(timeout), *perftest.server_argv(binary, server["device"], server["port"], extra)]
         log = os.path.join(logdir, f"{server['port']}.log")
-        with open(log, "wb") as handle:
-            # A background server outlives this module run (run_command waits); its own session keeps it
-            # alive after the connection plugin's exec ends, and timeout(1) bounds it.
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env={**os.environ, "LC_ALL": "C"})
-        started[server["id"]] = proc.pid
+        started[server["id"]] = _spawn_detached(argv, log)
     return started
+
+
+def _spawn_detached(argv, log):
+    """Start argv in the background in its own session and return its pid, without waiting for it.
+
+    A server must outlive this module run, which module.run_command cannot do: it waits for the command and
+    for its output pipes to close. os.posix_spawn (fork + exec, no shell) starts it with stdin from /dev/null,
+    stdout and stderr to ``log``, and a new session (setsid), so the connection plugin's exec ending does not
+    take it down; timeout(1) in argv bounds its life.
+    """
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    return os.posix_spawn(argv[0], argv, {**os.environ, "LC_ALL": "C"}, file_actions=actions, setsid=True)
 
 
 def _run_client(module, binary, client, extra, timeout, retries):
@@ -194,8 +204,8 @@ def main():
         module.exit_json(changed=False, started={}, tests={
             c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})
     started = _start_servers(module, binary, params["servers"], params["extra_args"], params["timeout"])
-    tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
-                                    params["connect_retries"]) for c in params["clients"]}
+    tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"], params["connect_retries"])
+             for c in params["clients"]}
     module.exit_json(changed=False, started=started, tests=tests)
 
 
