@@ -82,7 +82,7 @@ reboot_required:
   type: bool
 skipped_devices:
   description:
-    - (Not named C(skipped): a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
+    - (Not named C(skipped), because a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
     - Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict

@@ -89,7 +89,7 @@ changes:
   sample: {"0000:18:00.0": {"adaptive_routing_forced_en": {"before": 0, "after": 1}}}
 skipped_devices:
   description:
-    - (Not named C(skipped): a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
+    - (Not named C(skipped), because a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
     - Devices whose register could not be read, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict
