@@ -77,10 +77,15 @@ deps: system-deps venv collection
 image: deps ## build the simulated hosts' image (cached by recipe)
 	gpunode sim image
 
-lint: deps ## yamllint, ansible-lint (production profile), ruff
+lint: deps ## yamllint, ansible-lint (production profile), ruff, antsibull-changelog lint
 	yamllint --strict .
 	ansible-lint
 	ruff check src plugins tests molecule bench
+	antsibull-changelog lint
+
+.PHONY: sanity
+sanity: deps ## ansible-test sanity on the built collection (offline, empty ignore file; see .ci/sanity)
+	.ci/sanity
 
 # pytest-xdist workers for `make unit` (auto: one per core); loadfile keeps a module's tests, and so
 # its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
@@ -100,9 +105,9 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 
 # The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
 # (also when one fails) and writes them to .cache/stage-times.tsv.
-TEST_STAGES = lint unit image $(addprefix molecule-,$(SCENARIOS)) e2e
+TEST_STAGES = lint sanity unit image $(addprefix molecule-,$(SCENARIOS)) e2e
 
-test: deps ## everything CI runs (lint, unit, each molecule scenario, e2e), with per-stage wall times
+test: deps ## everything CI runs (lint, sanity, unit, each molecule scenario, e2e), with per-stage wall times
 	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)
 
 demo: image ## start a DGX + HGX simulated fleet, run playbooks/site.yml end to end, write the fleet report

@@ -14,11 +14,11 @@ Facts used and where they come from:
 
 - GFD label values: ``nvidia.com/gpu.product`` is the NVML product name with spaces replaced by
   ``-`` (nvidia-smi shows "NVIDIA H100 80GB HBM3" for ``10de:2330``,
-  real-outputs/nvidia-smi-h100-8gpu-gpud.txt), ``nvidia.com/gpu.machine`` the DMI product name the
+  the public output from https://github.com/leptonai/gpud), ``nvidia.com/gpu.machine`` the DMI product name the
   same way, ``nvidia.com/gpu.count`` the GPU count (GPU feature discovery's label set).
 - NFD: ``feature.node.kubernetes.io/pci-<vendor>.present`` for PCI vendors present
-  (``15b3`` Mellanox, ``10de`` NVIDIA; hardware-facts.md, PCI identities).
-- SR-IOV: the mlx5 VF device id is ``101e`` (hardware-facts.md); the device plugin selects VFs by
+  (``15b3`` Mellanox, ``10de`` NVIDIA; docs/hardware-facts.md, PCI identities).
+- SR-IOV: the mlx5 VF device id is ``101e`` (docs/hardware-facts.md); the device plugin selects VFs by
   ``vendors``/``devices``/``pfNames`` with ``<pf>#<first>-<last>`` VF ranges and ``isRdma``.
 - Kubelet ``--node-labels`` rules: labels in the ``kubernetes.io``/``k8s.io`` namespaces must be
   under ``kubelet.kubernetes.io`` or ``node.kubernetes.io`` (or in a short well-known set), and the
@@ -81,7 +81,7 @@ def label_syntax_errors(labels: dict) -> list[str]:
     """Syntax errors of label keys/values as the API server reports them."""
     errors = []
     for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
+        prefix, _sep, name = key.rpartition("/")
         if (prefix and (not _PREFIX.match(prefix) or len(prefix) > 253)) or not _NAME_PART.match(name or ""):
             errors.append(f"label key {key!r} is not a valid qualified name")
         if not isinstance(value, str) or len(value) > 63 or not _VALUE.match(value):

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Parse ``mlxconfig``/``mstconfig`` output and compare NV config values (pure functions, stdlib only).
 
-Formats (files in ../shared/real-outputs):
+Formats (public outputs listed in docs/hardware-facts.md, "Sources"):
 
 - ``mlxconfig -d <dev> q``: ``mlxconfig-q-cx7-sriov-device-plugin-601.txt`` (ConnectX-7) and
   ``mstconfig-q-bf3-b3220-edcdavid-ptp-tools.txt`` (BlueField-3, same format from mstflint's
@@ -46,7 +46,7 @@ _HEADER_KEYS = {"Device type": "device_type", "Name": "name", "Description": "de
 
 # Enum names whose numbers hold for every parameter that uses them, so a desired value given by
 # name compares with one given by number. Booleans: every True(1)/False(0) row in the samples.
-# LINK_TYPE: IB(1)/ETH(2) per hardware-facts.md, VPI(3) from the mlxconfig documentation.
+# LINK_TYPE: IB(1)/ETH(2) per docs/hardware-facts.md, VPI(3) from the mlxconfig documentation.
 BOOLEAN_NUMBERS = {"FALSE": 0, "TRUE": 1}
 ENUM_NUMBERS = {"LINK_TYPE": {"IB": 1, "ETH": 2, "VPI": 3}}
 
@@ -93,8 +93,8 @@ def parse_row(line, columns, lineno=None):
     """One table row -> ``(param, {column: value, ..., "changed": bool})``.
 
     ``"*  SRIOV_EN  False(0)  True(1)  True(1)"`` with three columns -> changed True. Also reads
-    the lone rows that ``mlxconfig q | grep NUM_OF_VFS`` prints (real-outputs
-    ``mlxconfig-set-cx7-sigitp-aws.txt``).
+    the lone rows that ``mlxconfig q | grep NUM_OF_VFS`` prints (the public output from
+    https://github.com/sigitp-git/mellanox-nic-firmware-and-vf-creation).
     """
     tokens = line.split()
     changed = False

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Parse ``mlxreg -d <dev> --reg_name <REG> --get`` output (pure function, stdlib only).
 
-Format (real-outputs ``mlxreg-roce-accl-get-adaptive-routing.txt``, register ROCE_ACCL)::
+Format (a public ``mlxreg`` output, see docs/hardware-facts.md "Sources"; register ROCE_ACCL)::
 
     Sending access register...
     Field Name                                     | Data
@@ -73,7 +73,7 @@ _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def get_argv(binary, device, register=ROCE_ACCL):
-    """``mlxreg -d <dev> --reg_name <REG> --get`` (hardware-facts.md "Adaptive routing")."""
+    """``mlxreg -d <dev> --reg_name <REG> --get`` (docs/hardware-facts.md "Adaptive routing")."""
     return [binary, "-d", device, "--reg_name", register, "--get"]
 
 

@@ -34,7 +34,7 @@ from collections import Counter
 MELLANOX = "0x15b3"
 NVIDIA = "0x10de"
 
-# hardware-facts.md "PCI identities"; 0x101b/0x1017/0x1019/0xa2d2/0xa2d6 from the public pci.ids.
+# docs/hardware-facts.md "PCI identities"; 0x101b/0x1017/0x1019/0xa2d2/0xa2d6 from the public pci.ids.
 NIC_MODELS = {
     "0x1017": "ConnectX-5",
     "0x1019": "ConnectX-5 Ex",
@@ -48,7 +48,7 @@ NIC_MODELS = {
 }
 BLUEFIELD_IDS = frozenset(("0xa2d2", "0xa2d6", "0xa2dc"))
 MLX5_VF_DEVICE_ID = "0x101e"
-# hardware-facts.md "PCI identities"; 0x2335 and 0x2331 from the public pci.ids ("GH100 [H200 SXM 141GB]",
+# docs/hardware-facts.md "PCI identities"; 0x2335 and 0x2331 from the public pci.ids ("GH100 [H200 SXM 141GB]",
 # "GH100 [H100 PCIe]", https://pci-ids.ucw.cz/read/PC/10de).
 GPU_MODELS = {"0x2330": "H100 SXM5 80GB", "0x2331": "H100 PCIe 80GB", "0x2335": "H200 SXM 141GB"}
 NVSWITCH_IDS = frozenset(("0x22a3",))
@@ -472,14 +472,14 @@ def classify(records, *, management_interfaces=(), overrides=None):
         scored = [(dist[a][i], a) for a in candidates if dist[a][i][0] in AFFINE]
         if not scored:
             continue
-        top = min(_sort_key(*d) for d, _ in scored)
+        top = min(_sort_key(*d) for d, _pci in scored)
         group = [a for d, a in scored if _sort_key(*d) == top]
         level, hops = next(d for d, a in scored if a == group[0])
         best[i] = (level, hops, group)
 
-    source = [a for (_, _, g) in best.values() if len(g) == 1 for a in g] + list(rail_of_gpu.values())
+    source = [a for (_level, _hops, g) in best.values() if len(g) == 1 for a in g] + list(rail_of_gpu.values())
     if not source:
-        source = sorted({a for (_, _, g) in best.values() for a in g})
+        source = sorted({a for (_level, _hops, g) in best.values() for a in g})
     signature = _majority([_signature_of(nics[a]) for a in source])
 
     without_rail = []

@@ -6,8 +6,8 @@
 The modules ``mlxconfig`` and ``mlxconfig_info`` are thin: they run the tool through an injected
 ``run(argv) -> (rc, stdout, stderr)`` and hand text and dicts to the functions here.
 
-Hardware rules (hardware-facts.md "mlxconfig / NV config"; real-outputs
-``mlxconfig-set-cx7-sigitp-aws.txt``):
+Hardware rules (docs/hardware-facts.md "mlxconfig / NV config"; the public output from
+https://github.com/sigitp-git/mellanox-nic-firmware-and-vf-creation):
 
 - NV config belongs to the *card*: parameters without a ``_P<n>`` suffix (``SRIOV_EN``,
   ``NUM_OF_VFS``, ``ATS_ENABLED``) are shared by every function of a multi-port card (set on

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Parse ``nvidia-smi`` output: the default table, ``-q`` and ``topo -m`` (pure functions, stdlib only).
 
-Formats (files in ../shared/real-outputs):
+Formats (public outputs listed in docs/hardware-facts.md, "Sources"):
 
 - ``nvidia-smi``: ``nvidia-smi-h100-8gpu-gpud.txt`` (driver 550.90.07): a box-drawn table, one
   block of three ``|``-separated lines per GPU (the third, ``MIG M.``, may be absent on old drivers).
@@ -191,7 +191,7 @@ def parse_query_tree(text):
             raise ParseError(TOOL, "an indented key inside a 'GPU <bus id>' section", line, lineno)
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        path = "/".join([key for _, key in stack] + [match.group("key")])
+        path = "/".join([key for _indent, key in stack] + [match.group("key")])
         if match.group("value") is not None:
             target[path] = match.group("value").strip()
         stack.append((indent, match.group("key")))

@@ -32,7 +32,7 @@ A device record (hand-made records in tests use the same keys; missing keys read
 
 A port is ``{"state", "state_num", "phys_state", "phys_state_num", "rate_gbps", "rate_width",
 "rate_name", "link_layer"}`` (see the parsers below; formats from
-real-outputs/sysfs-class-infiniband-h100-ib-bf3-gpud.txt).
+the public output from https://github.com/leptonai/gpud).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\(\s*(\d+X)\s*([A-Za-z0-9]*)\s*\))?\s*$")
 
 DMI_KEYS = ("sys_vendor", "product_name", "product_version", "board_vendor", "board_name")
-# VF device id of the mlx5 family (CX-6 Dx, CX-7, BF-3): hardware-facts.md "PCI identities".
+# VF device id of the mlx5 family (CX-6 Dx, CX-7, BF-3): docs/hardware-facts.md "PCI identities".
 MLX5_VF_DEVICE_ID = "0x101e"
 
 

@@ -4,7 +4,7 @@
 """Parse RDMA/NIC tool output: ibdev2netdev, ibstat, mlnx_qos, cma_roce_tos, RoCE QoS sysfs reads,
 sriov_numvfs write errors and lspci (pure functions, stdlib only).
 
-Formats (files in ../shared/real-outputs):
+Formats (public outputs listed in docs/hardware-facts.md, "Sources"):
 
 - ``ibdev2netdev``: ``ibdev2netdev-dgx-h100-aben20807.txt`` (``mlx5_0 port 1 ==> ibp24s0 (Up)``).
 - ``ibstat``: ``ibstat-h100-roce-8xcx7-cx6dx-gpud.txt`` (``CA '<dev>'`` blocks, tab indented).
@@ -246,7 +246,7 @@ def parse_mlnx_qos(text):
             for dscp in dscps:
                 result["prio_of_dscp"][dscp] = prio
         elif section == "pfc" and stripped.split()[0] in ("priority", "enabled", "buffer"):
-            label, _, rest = stripped.partition(" ")
+            label, _sep, rest = stripped.partition(" ")
             values = _int_list(rest, tool, f"8 numbers after '{label}' in the PFC table", line, lineno)
             if len(values) != 8:
                 raise ParseError(tool, f"8 numbers after '{label}' in the PFC table", line, lineno)
@@ -472,7 +472,7 @@ def parse_lspci(text):
 
 
 def _lspci_detail(details, stripped):
-    key, _, value = stripped.partition(":")
+    key, _sep, value = stripped.partition(":")
     value = value.strip()
     if key == "NUMA node" and value.lstrip("-").isdigit():
         details["numa_node"] = int(value)

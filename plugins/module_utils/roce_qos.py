@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """RoCE QoS per netdev: validate the wish, read the state, diff it and build the actions (pure functions).
 
-Where each setting lives (hardware-facts.md "Lossless RoCEv2"; formats in real-outputs
-``roce-lossless-l3-setup-mlnx_qos-cma_roce_tos-netarbiter.txt`` and ``roce-qos-sysfs-ecn-cnp-spiderpool.txt``):
+Where each setting lives (docs/hardware-facts.md "Lossless RoCEv2"; formats in the public output from
+https://github.com/att/netarbiter and ``roce-qos-sysfs-ecn-cnp-spiderpool.txt``):
 
 - trust and PFC: ``mlnx_qos -i <if>`` (read), ``mlnx_qos -i <if> --trust dscp`` and
   ``mlnx_qos -i <if> --pfc 0,0,0,1,0,0,0,0`` (set);

@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """SR-IOV virtual functions through sysfs: read, plan (pure) and write ``sriov_numvfs`` (stdlib only).
 
-Kernel rules the plan follows (hardware-facts.md "SR-IOV", real-outputs
-``sriov-numvfs-ebusy-k8s-rdma-sriov-dev-plugin-12.txt``):
+Kernel rules the plan follows (docs/hardware-facts.md "SR-IOV", the public output from
+https://github.com/Mellanox/k8s-rdma-sriov-dev-plugin/issues/12):
 
 - ``/sys/bus/pci/devices/<bdf>/sriov_numvfs`` creates VFs; writing a different non-zero value
   while VFs exist answers EBUSY ("Device or resource busy"), so a change goes 0 first, then N;

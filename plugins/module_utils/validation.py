@@ -14,9 +14,9 @@ the roles declared (``expect``). Every check is a dict::
 
 ``reason`` names host-independent facts (rail, PCI address, netdev, what was expected and found);
 the role prefixes the host name. Hardware facts used here: Fabric State ``Completed`` and
-persistence ``Enabled`` in ``nvidia-smi -q`` (real-outputs/nvidia-smi-q-h100-header-gpu0-gpud.txt),
-fabric manager versioned as the driver (hardware-facts.md "GPU side"; issue 3), link state
-``ACTIVE`` and rate (real-outputs/sysfs-class-infiniband-h100-ib-bf3-gpud.txt).
+persistence ``Enabled`` in ``nvidia-smi -q`` (the public output from https://github.com/leptonai/gpud),
+fabric manager versioned as the driver (docs/hardware-facts.md "GPU side"), link state
+``ACTIVE`` and rate (the public output from https://github.com/leptonai/gpud).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def _declared_rail_checks(rail, label, where, observed, expect, nic):
                        if row.get("next_boot") is not None and row.get("current") is not None
                        and not values_equal(p, row["next_boot"], row["current"])}
             out.append(_entry("nv_config", "fail" if pending else "pass", "current == next boot",
-                              {p: row for p, row in pending.items()},
+                              dict(pending),
                               f"{label}: NV config did not take effect: " + "; ".join(
                                   f"{p} current {r['current']}, next boot {r['next_boot']}" for p, r in pending.items())
                               if pending else "", **where))

@@ -20,10 +20,10 @@ description:
   - On drift it fails with a table naming host, rail, PCI address, netdev, setting, expected and found value, one
     row per differing host or device. A setting a host publishes for some rails but not another is C((absent)).
   - This is the check that would have caught the incident behind this project, adaptive routing forced on the
-    rails of one vendor's machines only (hardware-facts.md "Adaptive routing").
+    rails of one vendor's machines only (docs/hardware-facts.md "Adaptive routing").
   - "Run it once (C(run_once: true)); it reads every play host itself. Sources a host did not publish are ignored."
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
@@ -32,9 +32,18 @@ attributes:
     support: none
   action:
     support: full
-  run_once:
+  async:
+    support: none
+  platform:
     support: full
-    details: Meant to run once per play.
+    platforms: all
+    details: Runs on the controller; it reads the facts the hosts published.
+  bypass_host_loop:
+    support: none
+  run_once:
+    description: Can be used with C(run_once).
+    support: full
+    details: Meant to run once per play; it compares every host of the play in that one run.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow

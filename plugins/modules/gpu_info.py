@@ -14,22 +14,24 @@ description:
   - Reads Linux sysfs only (C(bus/pci/devices)); works before any GPU driver is installed and runs no command.
   - GPUs are NVIDIA (C(0x10de)) functions of PCI class C(0x0302xx) (3D controller), indexed in PCI address order;
     C(10de:2330) reads V(H100 SXM5 80GB). NVSwitches are C(10de:22a3) (class C(0x0680xx), a bridge); their presence
-    means fabric manager is required (hardware-facts.md sections PCI identities and GPU side; real-outputs
-    C(lspci-h100-xe9680-nvidia-mellanox-gpud.txt)).
+    means fabric manager is required (docs/hardware-facts.md sections PCI identities and GPU side;
+    the public output from
+    https://github.com/leptonai/gpud).
   - Once a driver is installed, runs C(nvidia-smi -q) (the only command it runs; read-only) and adds RV(driver_version),
     RV(persistence_mode), RV(fabric_state) and each GPU's RV(gpus[].product_name) and RV(gpus[].memory_total_mib).
-    The format is that of real-outputs C(nvidia-smi-q-h100-header-gpu0-gpud.txt) (C(Fabric) C(State) V(Completed)
-    once fabric manager has trained the NVSwitch fabric, hardware-facts.md section GPU side).
+    The format is that of the public output from https://github.com/leptonai/gpud (C(Fabric) C(State) V(Completed)
+    once fabric manager has trained the NVSwitch fabric, docs/hardware-facts.md section GPU side).
   - Without C(nvidia-smi), or when it cannot talk to the driver (module not loaded), the driver fields are null,
     RV(driver_loaded) is false and RV(nvidia_smi_error) says why; the sysfs fields are always returned.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   nvidia_smi_path:
     description:
       - Path of C(nvidia-smi). Default is to look it up on C(PATH); when absent the driver fields are null.
     type: path
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
 seealso:
   - module: mlplatform.gpunode.nic_info
@@ -117,7 +119,7 @@ gpu_product:
   type: str
   sample: H100 SXM5 80GB
 fabric_manager_required:
-  description: True when NVSwitches are present (hardware-facts.md PCI identities).
+  description: True when NVSwitches are present (docs/hardware-facts.md PCI identities).
   returned: success
   type: bool
   sample: true

@@ -16,7 +16,7 @@ description:
     the peer's server starts, and returns the measured average bandwidth in Gb/s (C(--report_gbits)).
   - A test measures and changes nothing on the host, so the module never reports changed. In check mode nothing runs.
   - Without perftest on the host every client result carries the error instead of failing the task.
-author: mlplatform.gpunode developers
+author: mlplatform.gpunode developers (@mlplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -140,7 +140,6 @@ tests:
 
 import os
 import socket
-import subprocess
 import tempfile
 import time
 
@@ -159,23 +158,35 @@ def _start_servers(module, binary, servers, extra, timeout, check_s=0.0):
         lifetime = server.get("lifetime") or timeout
         argv = [timeout_bin, str(lifetime), *perftest.server_argv(binary, server["device"], server["port"], extra)]
         log = os.path.join(logdir, f"{server['port']}.log")
-        with open(log, "wb") as handle:
-            # A background server outlives this module run (run_command waits); its own session keeps it
-            # alive after the connection plugin's exec ends, and timeout(1) bounds it.
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env={**os.environ, "LC_ALL": "C"})
-        started[server["id"]] = proc.pid
-        procs[server["id"]] = (proc, log)
+        started[server["id"]] = pid = _spawn_detached(argv, log)
+        procs[server["id"]] = (pid, log)
     errors = {}
     if check_s and procs:
         time.sleep(check_s)
-        for test_id, (proc, log) in procs.items():
-            rc = proc.poll()
+        for test_id, (pid, log) in procs.items():
+            done, status = os.waitpid(pid, os.WNOHANG)
+            rc = os.waitstatus_to_exitcode(status) if done else None
             if rc not in (None, 0):
                 with open(log, "rb") as handle:
                     text = handle.read(4096).decode("utf-8", "replace")
                 errors[test_id] = f"exit status {rc}: {perftest.failure_reason(text, '', rc)}"
     return started, errors
+
+
+def _spawn_detached(argv, log):
+    """Start argv in the background in its own session and return its pid, without waiting for it.
+
+    A server must outlive this module run, which module.run_command cannot do: it waits for the command and
+    for its output pipes to close. os.posix_spawn (fork + exec, no shell) starts it with stdin from /dev/null,
+    stdout and stderr to ``log``, and a new session (setsid), so the connection plugin's exec ending does not
+    take it down; timeout(1) in argv bounds its life.
+    """
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    return os.posix_spawn(argv[0], argv, {**os.environ, "LC_ALL": "C"}, file_actions=actions, setsid=True)
 
 
 def _run_client(module, binary, client, extra, timeout, retries):

@@ -16,24 +16,25 @@ description:
     K=V ...), reads every device again and fails when a written value did not take.
   - Values may be given as names or numbers and compare as the firmware does, so V(ETH), V(eth), V(2) and
     C(ETH(2)) are the same C(LINK_TYPE) value and V(true), V(1) and C(True(1)) the same boolean
-    (C(IB(1)/ETH(2)) from hardware-facts.md "mlxconfig / NV config", C(True(1)) rows in real-outputs
-    C(mlxconfig-e-q-cx6lx-sriov-network-operator-968.txt)).
+    (C(IB(1)/ETH(2)) from docs/hardware-facts.md "mlxconfig / NV config", C(True(1)) rows in the public output from
+    https://github.com/k8snetworkplumbingwg/sriov-network-operator/issues/968).
   - NV config belongs to the card. Parameters without a C(_P<n>) suffix (C(SRIOV_EN), C(NUM_OF_VFS)) are shared
-    by the functions of a multi-port card (set on C(.0) they show on C(.1), see real-outputs
-    C(mlxconfig-set-cx7-sigitp-aws.txt)); they are written once, through the lowest listed function. Two functions
+    by the functions of a multi-port card (set on C(.0) they show on C(.1), see the public output from
+    https://github.com/sigitp-git/mellanox-nic-firmware-and-vf-creation);
+    they are written once, through the lowest listed function. Two functions
     of one card wishing different values is rejected before anything is written.
   - A parameter named without its port suffix (V(LINK_TYPE)) means the function's own port (function C(.0) is
     port 1, C(.1) port 2), so C(LINK_TYPE_P2) is only written where a second port exists.
-  - Parameters hidden until C(ADVANCED_PCI_SETTINGS=1) (hardware-facts.md) are accepted when the same settings turn
+  - Parameters hidden until C(ADVANCED_PCI_SETTINGS=1) (docs/hardware-facts.md) are accepted when the same settings turn
     C(ADVANCED_PCI_SETTINGS) on; they are written in a second C(set) once the first one enabled it.
-  - "Wishes equal to next boot give RV(changed=false) and write nothing, even though C(mlxconfig set) prompts and
-    prints C(-I- Please reboot machine to load new configurations.) whatever it changes (real-outputs
-    C(mlxconfig-set-cx7-sigitp-aws.txt))."
+  - "Wishes equal to next boot give C(changed=false) and write nothing, even though C(mlxconfig set) prompts and
+    prints C(-I- Please reboot machine to load new configurations.) whatever it changes (the public output from
+    https://github.com/sigitp-git/mellanox-nic-firmware-and-vf-creation)."
   - New values apply at the next boot (or firmware reset). RV(reboot_required) is true when, after this call, any
     parameter of any device has a next-boot value that differs from its current one.
   - Uses C(mlxconfig) (MFT), or C(mstconfig) (mstflint) when C(mlxconfig) is absent.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
@@ -41,6 +42,9 @@ attributes:
   diff_mode:
     support: full
     details: A table per device of default, current, next-boot and desired value of each wished parameter.
+  platform:
+    support: full
+    platforms: linux
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -126,8 +130,7 @@ written:
   sample: {"0000:18:00.0": {"NUM_OF_VFS": "4"}}
 skipped_devices:
   description:
-    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
-      so the key is C(skipped_devices).)
+    - (Not named C(skipped), because a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
     - Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict

@@ -14,18 +14,21 @@ description:
   - Runs C(mlxconfig -d <dev> -e q) for each listed device and returns every parameter with its default, current
     and next-boot value as the tool prints them (C(True(1)), C(ETH(2)), C(48), C(Array[0..7])).
   - "Parses the three-column C(-e q) layout and the one-column C(q) layout, in the wide (MFT C(mlxconfig)) and
-    narrow (mstflint C(mstconfig)) widths: real-outputs C(mlxconfig-e-q-cx6lx-sriov-network-operator-968.txt),
+    narrow (mstflint C(mstconfig)) widths: the public output from https://github.com/k8snetworkplumbingwg/sriov-network-operator/issues/968,
     C(mlxconfig-q-cx7-sriov-device-plugin-601.txt) and C(mstconfig-q-bf3-b3220-edcdavid-ptp-tools.txt). Rows are
     split on whitespace because long enum values overflow their column."
   - Never changes anything. Uses C(mlxconfig), or C(mstconfig) when C(mlxconfig) is absent.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: linux
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -79,8 +82,7 @@ reboot_required:
   type: bool
 skipped_devices:
   description:
-    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
-      so the key is C(skipped_devices).)
+    - (Not named C(skipped), because a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
     - Devices that refused mlxconfig, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict

@@ -13,17 +13,20 @@ version_added: 0.1.0
 description:
   - Runs C(mlxfwreset -d <dev> -y reset) once per card (the functions of a multi-port card share one firmware) for
     the listed devices, in one call. On some DGX systems a warm reboot does not reload NV config and a firmware reset
-    is needed first (hardware-facts.md "mlxconfig / NV config").
+    is needed first (docs/hardware-facts.md "mlxconfig / NV config").
   - Disruptive, the links of the card go down. Never list the card that carries the management/SSH interface.
   - Only used by the C(mlplatform.gpunode.node_reboot) role right before a reboot, with consent.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
     details: Reports the cards it would reset; resets nothing.
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: linux
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -59,7 +62,7 @@ def main():
     module = AnsibleModule(argument_spec={"devices": {"type": "list", "elements": "str", "required": True}},
                            supports_check_mode=True)
     cards = {}
-    for device in sorted(module.params["devices"], key=lambda d: device_card(d)):
+    for device in sorted(module.params["devices"], key=device_card):
         cards.setdefault(device_card(device)[0], device)
     targets = list(cards.values())
     if module.check_mode or not targets:

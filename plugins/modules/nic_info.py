@@ -36,16 +36,16 @@ description:
   - "PCIe distance uses the terms of C(nvidia-smi topo -m): C(PIX) at most one PCIe switch between the devices
     (both within two levels below their deepest common bridge), C(PXB) several bridges below a common one without
     the host bridge, C(PHB) same host bridge, C(NODE) same NUMA node through different host bridges, C(SYS)
-    different NUMA nodes. Sources: real-outputs C(nvidia-smi-topo-m-h100-8xcx7-2xcx6dx-mooncake-2039.txt)
-    (legend and GPU/NIC matrix) and hardware-facts.md section GPU side."
-  - "Hardware identities come from hardware-facts.md section PCI identities (C(15b3:1021) ConnectX-7, C(15b3:101d)
+    different NUMA nodes. Sources: the public output from https://github.com/kvcache-ai/Mooncake/issues/2039
+    (legend and GPU/NIC matrix) and docs/hardware-facts.md section GPU side."
+  - "Hardware identities come from docs/hardware-facts.md section PCI identities (C(15b3:1021) ConnectX-7, C(15b3:101d)
     ConnectX-6 Dx, C(15b3:101f) ConnectX-6 Lx, C(15b3:a2dc) BlueField-3, C(15b3:101e) mlx5 VF, C(10de:2330)
     H100 SXM5 80GB, C(10de:22a3) NVSwitch; C(10de:2335) H200 SXM 141GB from the public pci.ids). Any NVIDIA 3D
     controller (class C(0302)) counts as a GPU. RDMA port formats (C(4: ACTIVE), C(5: LinkUp),
-    and rates such as 400 Gb/sec (4X NDR)) come from real-outputs C(sysfs-class-infiniband-h100-ib-bf3-gpud.txt)."
+    and rates such as 400 Gb/sec (4X NDR)) come from the public output from https://github.com/leptonai/gpud."
   - This module never changes anything; RV(ignore:changed) is always false.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   management_interfaces:
     description:
@@ -77,13 +77,14 @@ options:
     type: dict
     default: {}
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
 notes:
   - Netdev names vary with the OS naming policy and mlx5 numbering shifts when a card exposes fewer functions
-    (real-outputs C(ibdev2netdev-dgx-h100-aben20807.txt) shows 11 devices instead of 12); both are reported as
+    (the public output from https://github.com/aben20807/dotfiles shows 11 devices instead of 12); both are reported as
     data and never used to decide a role.
   - On some HGX boards a dual-port storage NIC sits behind the same PCIe switch as GPU0 and GPU4 (C(PIX) in
-    real-outputs C(nvidia-smi-topo-m-h100-8xcx7-2xcx6dx-mooncake-2039.txt)); affinity alone does not make a rail.
+    the public output from https://github.com/kvcache-ai/Mooncake/issues/2039); affinity alone does not make a rail.
 seealso:
   - module: mlplatform.gpunode.gpu_info
 """
@@ -130,7 +131,7 @@ nics:
       type: str
       sample: "0x15b3"
     device_id:
-      description: PCI device id (hardware-facts.md PCI identities).
+      description: PCI device id (docs/hardware-facts.md PCI identities).
       type: str
       sample: "0x1021"
     model:
@@ -259,7 +260,7 @@ platform:
       type: str
       sample: NVIDIA
     product:
-      description: C(product_name); contains C(DGX H100) on a DGX (hardware-facts.md DGX H100).
+      description: C(product_name); contains C(DGX H100) on a DGX (docs/hardware-facts.md DGX H100).
       type: str
       sample: DGXH100
     board_vendor:

@@ -12,17 +12,18 @@ description:
   - >-
     GPUs from C(nvidia-smi -q): the same PCI addresses as discovered, product matching the discovered model, driver
     version, persistence mode C(Enabled), and on NVSwitch systems Fabric State C(Completed) and a fabric manager
-    package versioned as the driver (real-outputs/nvidia-smi-q-h100-header-gpu0-gpud.txt; hardware-facts.md GPU side).
+    package versioned as the driver (the public output from https://github.com/leptonai/gpud;
+    docs/hardware-facts.md GPU side).
   - C(nvidia_peermem) loaded (C(<sysfs_root>/module/nvidia_peermem) exists).
   - >-
     Per compute rail from sysfs: link C(ACTIVE) at the expected speed and link layer
-    (real-outputs/sysfs-class-infiniband-h100-ib-bf3-gpud.txt), GPU-NIC affinity re-derived as discovery does it,
+    (the public output from https://github.com/leptonai/gpud), GPU-NIC affinity re-derived as discovery does it,
     VF count; from the vendor tools: NV config current values (C(mlxconfig -e q)), ROCE_ACCL fields (C(mlxreg)),
     trust and PFC (C(mlnx_qos -i)); ECN, CNP DSCP, traffic class and MTU from sysfs
-    (real-outputs/roce-qos-sysfs-ecn-cnp-spiderpool.txt).
+    (the public output from https://github.com/spidernet-io/spiderpool).
   - Read-only. Checks whose expectation is not given are not run. The module never fails on a failed check; it
     returns C(passed) and the reasons, and the validation role decides.
-author: mlplatform.gpunode developers
+author: mlplatform.gpunode developers (@mlplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
@@ -242,9 +243,8 @@ def observe(module, root, hw, expect):
     if hw.get("fabric_manager_required"):
         observed["fabric_manager_version"] = _fabric_manager_version(module)
     live = classify(read_sysfs(root), management_interfaces=hw.get("management_interfaces") or [])
-    observed["nics"] = {n["pci_address"]: {k: n.get(k) for k in ("link_state", "speed_gbps", "link_layer",
-                                                                  "sriov_numvfs", "sriov_totalvfs", "netdev")}
-                        for n in live["nics"]}
+    nic_keys = ("link_state", "speed_gbps", "link_layer", "sriov_numvfs", "sriov_totalvfs", "netdev")
+    observed["nics"] = {n["pci_address"]: {k: n.get(k) for k in nic_keys} for n in live["nics"]}
     observed["affinity"] = {g["pci_address"]: g.get("rail_nic") for g in live["gpus"]}
     rails = hw.get("rails") or []
     if expect.get("nv_config") or expect.get("nv_config_settled"):

@@ -14,16 +14,16 @@ description:
   - Reads C(mlxreg -d <dev> --reg_name ROCE_ACCL --get) for every listed device, writes only the fields that differ
     with C(mlxreg -d <dev> --reg_name ROCE_ACCL --set f=0x1,... --yes), reads every written device again and fails
     when a field did not take.
-  - "Fields (real-outputs C(mlxreg-roce-accl-get-adaptive-routing.txt)): C(adaptive_routing_forced_en),
+  - "Fields (a public C(mlxreg) output, see docs/hardware-facts.md, Sources): C(adaptive_routing_forced_en),
     C(roce_adp_retrans_en), C(roce_tx_window_en), C(roce_slow_restart_en), C(roce_slow_restart_idle_en),
     C(min_ack_timeout_limit_disabled), C(selective_repeat_forced_en), C(dc_half_handshake_en), C(ack_dscp_force),
     C(ack_dscp); the C(*_field_select) bits are the register's own and cannot be wished."
-  - The register is runtime state, lost at every reset or reboot (hardware-facts.md "Adaptive routing"); the
+  - The register is runtime state, lost at every reset or reboot (docs/hardware-facts.md "Adaptive routing"); the
     C(mlplatform.gpunode.nic_firmware) role installs a boot unit that writes it again. Peers of one fabric must
     agree on C(adaptive_routing_forced_en) or RDMA between them fails.
   - With an empty C(fields) the device is only read.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
@@ -31,6 +31,9 @@ attributes:
   diff_mode:
     support: full
     details: C(device field=value) lines before and after.
+  platform:
+    support: full
+    platforms: linux
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 options:
@@ -86,8 +89,7 @@ changes:
   sample: {"0000:18:00.0": {"adaptive_routing_forced_en": {"before": 0, "after": 1}}}
 skipped_devices:
   description:
-    - (Issue 4 names this C(skipped); a non-empty C(skipped) key makes Ansible report the whole task as skipped,
-      so the key is C(skipped_devices).)
+    - (Not named C(skipped), because a non-empty C(skipped) key makes Ansible report the whole task as skipped.)
     - Devices whose register could not be read, with the tool's reason (only with O(skip_unsupported)).
   returned: always
   type: dict

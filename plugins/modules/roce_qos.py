@@ -15,8 +15,8 @@ description:
     from C(/sys/class/net/<netdev>), the RoCE ToS from C(/sys/class/infiniband/<rdma_device>/tc/1/traffic_class)
     and C(cma_roce_tos -d <rdma_device>); computes the diff; applies it; reads everything back and fails when a value
     did not stick.
-  - "How each value is set (hardware-facts.md Lossless RoCEv2; formats in real-outputs
-    C(roce-lossless-l3-setup-mlnx_qos-cma_roce_tos-netarbiter.txt) and C(roce-qos-sysfs-ecn-cnp-spiderpool.txt)):
+  - "How each value is set (docs/hardware-facts.md Lossless RoCEv2; formats in the public output from
+    https://github.com/att/netarbiter and C(roce-qos-sysfs-ecn-cnp-spiderpool.txt)):
     C(mlnx_qos -i <if> --trust dscp), C(mlnx_qos -i <if> --pfc 0,0,0,1,0,0,0,0), a write of 0/1 to
     C(ecn/roce_np/enable/<p>) and C(ecn/roce_rp/enable/<p>), a write to C(ecn/roce_np/cnp_dscp), a write of the ToS
     to C(tc/1/traffic_class) plus C(cma_roce_tos -d <dev> -t <tos>), and a write to C(/sys/class/net/<if>/mtu)
@@ -28,7 +28,7 @@ description:
   - A netdev whose RDMA port has InfiniBand link layer is refused, as there is no PFC, ECN or DSCP there.
   - None of these settings survives a reboot; the C(roce_qos) role installs a boot unit that re-applies them.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   interfaces:
     description:

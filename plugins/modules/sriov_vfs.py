@@ -15,15 +15,15 @@ description:
     C(/sys/bus/pci/devices/<pci_address>/sriov_numvfs).
   - No-op when the count is already right. A change of a non-zero count writes V(0) first, then the new count,
     because the kernel answers EBUSY ("Device or resource busy") to a non-zero write while VFs exist
-    (hardware-facts.md "SR-IOV"; real-outputs C(sriov-numvfs-ebusy-k8s-rdma-sriov-dev-plugin-12.txt)).
+    (docs/hardware-facts.md "SR-IOV"; the public output from https://github.com/Mellanox/k8s-rdma-sriov-dev-plugin/issues/12).
   - Validates every PF before writing to any; a PF asking for more than C(sriov_totalvfs) fails the whole call
     with a message saying that the firmware (C(SRIOV_EN)/C(NUM_OF_VFS)) must change first, which is the
-    C(nic_firmware) role's job (C(sriov_totalvfs) follows the firmware's current C(NUM_OF_VFS), hardware-facts.md
+    C(nic_firmware) role's job (C(sriov_totalvfs) follows the firmware's current C(NUM_OF_VFS), docs/hardware-facts.md
     "mlxconfig / NV config").
   - Reads every count back and fails naming the PF when a write did not stick.
   - VF settings such as trust and spoofchk are not handled here (the C(sriov) role sets them with C(ip link)).
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   pfs:
     description:

@@ -2,7 +2,12 @@
 
 ``gpunode sim …`` drives the simulated fleet (design.md §5); ``gpunode hook …`` is the
 post-provision hook (serve / run / status / sign); ``gpunode report`` writes the fleet report.
-Errors print one line naming what is wrong and exit 2; nothing prints a traceback.
+Errors print one line naming what is wrong and exit 2; nothing prints a traceback. With ``--json``
+errors are a JSON object ``{"error": "..."}`` on standard output instead.
+
+Exit codes: 0 success; 1 the command ran but the answer is "no" (``hook run``: a host did not end
+ok; ``hook status``: no database, or the host or run is not recorded); 2 a usage error or bad input
+(configuration, profile, results directory) or a failing tool (podman, image or repository build).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from gpunode.hook.config import ConfigError, load_config
@@ -31,24 +37,25 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     cmds.add_parser("image-ref", help="print the image reference for the current recipe")
 
     up = cmds.add_parser("up", help="start hosts: gpunode sim up dgx01=dgx-h100 hgx01=hgx-h100")
-    up.add_argument("hosts", nargs="+", metavar="NAME=PROFILE")
+    up.add_argument("hosts", nargs="+", metavar="NAME=PROFILE", help="host name and hardware profile")
     up.add_argument("--replace", action="store_true", help="recreate hosts that already exist")
 
     down = cmds.add_parser("down", help="remove hosts (all simulated hosts when none is named)")
-    down.add_argument("hosts", nargs="*", metavar="NAME")
+    down.add_argument("hosts", nargs="*", metavar="NAME", help="hosts to remove (default: every simulated host)")
     down.add_argument("--missing-ok", action="store_true", help="do not fail on hosts that do not exist")
 
     reboot = cmds.add_parser("reboot", help="reboot a host: volatile hardware state is reset")
-    reboot.add_argument("host", metavar="NAME")
+    reboot.add_argument("host", metavar="NAME", help="the simulated host to reboot")
 
     flt = cmds.add_parser("fault", help="set or clear a fault flag: gpunode sim fault dgx01 link_down 0000:18:00.0")
-    flt.add_argument("host")
-    flt.add_argument("kind", choices=["mlxconfig_reject", "not_sticky", "link_down"])
+    flt.add_argument("host", help="the simulated host")
+    flt.add_argument("kind", choices=["mlxconfig_reject", "not_sticky", "link_down"], help="the fault")
     flt.add_argument("address", help="the NIC function's PCI address")
     flt.add_argument("params", nargs="*", help="not_sticky: the NV config parameters that do not stick")
     flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
-    inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"))
+    inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"),
+                     help="inventory file to write (default: inventories/sim/hosts.yml)")
     inv.add_argument("hosts", nargs="*", metavar="NAME", help="only these hosts (default: every running host)")
 
     rep = cmds.add_parser("repo", help="the simulated vendor apt repositories (doca, cuda, kubernetes)")
@@ -63,12 +70,12 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     mat = cmds.add_parser("materialize", help="write a profile's sysfs tree into a directory")
     mat.add_argument("profile", help="profile name or path to a profile YAML")
-    mat.add_argument("dest", type=Path)
+    mat.add_argument("dest", type=Path, help="directory to write the tree into (the sysfs root)")
 
 
 def _hook_parser(sub: argparse._SubParsersAction) -> None:
     hook = sub.add_parser("hook", help="the post-provision hook (cloud-init phone_home / Cluster API → pipeline)")
-    hook.add_argument("--config", "-c", type=Path, default=None, help="settings YAML (see inventories/example/hook)")
+    hook.add_argument("--config", "-c", type=Path, default=None, help="settings YAML (see examples/hook)")
     hook.add_argument("--state-dir", type=Path, default=None, help="database, results, artifacts, known_hosts")
     hook.add_argument("--playbook", default=None,
                       help="playbook to run, relative to --project-dir (default playbooks/site.yml)")
@@ -80,16 +87,18 @@ def _hook_parser(sub: argparse._SubParsersAction) -> None:
     serve = cmds.add_parser("serve", help="run the HTTP service and its worker")
     serve.add_argument("--listen", default=None, metavar="HOST:PORT", help="default 127.0.0.1:18080")
     run = cmds.add_parser("run", help="run the pipeline for hosts now, from this shell")
-    run.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME")
+    run.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME",
+                     help="inventory name of a host to run (repeat for several)")
     st = cmds.add_parser("status", help="hosts and runs recorded by the hook")
-    st.add_argument("--host", default=None)
-    st.add_argument("--run", dest="run_id", type=int, default=None)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--host", default=None, help="only this host")
+    st.add_argument("--run", dest="run_id", type=int, default=None, help="one run by its id")
+    st.add_argument("--json", action="store_true", help="machine-readable output; errors as {\"error\": ...}")
     sign = cmds.add_parser("sign", help="print the per-machine phone_home ?sig= (auth: hmac)")
     sign.add_argument("--instance-id", required=True, help="the machine's instance id (MAAS system_id)")
     sign.add_argument("--hostname", required=True, help="the host name the machine posts (short name)")
     forget = cmds.add_parser("forget", help="drop hosts' bound identity (instance id, host keys) to re-key them")
-    forget.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME")
+    forget.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME",
+                        help="a host to forget (repeat for several)")
 
 
 def _run_hook(args: argparse.Namespace) -> int:
@@ -126,18 +135,21 @@ def _kapi_parser(sub: argparse._SubParsersAction) -> None:
                        help="state directory: CA, admin.conf, admin.token, objects.json (created if missing)")
     start = cmds.add_parser("start", help="serve in the background (pid in <state>/kapi.pid, log in <state>/kapi.log) "
                             "and wait until it answers")
-    start.add_argument("--port", type=int, default=16443)
-    start.add_argument("--state", type=Path, required=True)
+    start.add_argument("--port", type=int, default=16443, help="TCP port on 127.0.0.1 (default 16443)")
+    start.add_argument("--state", type=Path, required=True, help="state directory (as for serve)")
     stop = cmds.add_parser("stop", help="stop the emulator started with 'start' for this state directory")
-    stop.add_argument("--state", type=Path, required=True)
+    stop.add_argument("--state", type=Path, required=True, help="state directory of the emulator to stop")
     creds = cmds.add_parser("credentials", help="create the CA, admin token and admin.conf without serving; "
                             "print server, kubeconfig and the CA cert hash pin as JSON")
-    creds.add_argument("--port", type=int, default=16443)
-    creds.add_argument("--state", type=Path, required=True)
+    creds.add_argument("--port", type=int, default=16443, help="port the kubeconfig names (default 16443)")
+    creds.add_argument("--state", type=Path, required=True, help="state directory (as for serve)")
 
 
 def _run_kapi(args: argparse.Namespace) -> int:
-    from gpunode.kapi import server  # aiohttp is only imported when the emulator is used
+    try:
+        from gpunode.kapi import server  # aiohttp is only imported when the emulator is used
+    except ImportError as exc:
+        raise ConfigError(f"gpunode kapi needs the emulator's packages: pip install 'gpunode[sim]' ({exc})") from exc
 
     if args.kapi_cmd == "serve":
         server.serve(args.state.resolve(), args.port)
@@ -161,9 +173,19 @@ def _report_parser(sub: argparse._SubParsersAction) -> None:
                      "(default: the input directory)")
 
 
+def _version() -> str:
+    try:
+        return version("gpunode")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpunode`` command."""
-    parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gpunode", description=__doc__.splitlines()[0],
+                                     epilog="exit codes: 0 success, 1 the answer is no (a host not ok, "
+                                            "nothing recorded), 2 usage error or bad input")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     _sim_parser(sub)
     _hook_parser(sub)
@@ -229,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run_report(args)
     except (ConfigError, ProfileError, fleet.FleetError, PodmanError, image.ImageError, repo.RepoError,
             ReportInputError) as exc:
-        print(f"gpunode: error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(exc)}))
+        else:
+            print(f"gpunode: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

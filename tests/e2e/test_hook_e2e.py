@@ -9,7 +9,7 @@ Kubernetes API emulator (``gpunode kapi``) as the control plane: the host must e
 (validation.json passed) and registered as a Ready Node without the ``not-validated`` taint.
 
 The hook serves HTTPS with a certificate from a test site CA (``tests/unit/testca.py``); the seed's
-``ca_certs`` gives cloud-init that CA, as the MAAS user data does (inventories/example/hook).
+``ca_certs`` gives cloud-init that CA, as the MAAS user data does (examples/hook).
 
 Before that, while the host is still fresh, ``site.yml --check --diff`` runs against it (it had a
 module and a host of its own, tests/e2e/test_site_check_mode.py; one fresh host serves both, issue

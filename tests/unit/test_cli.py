@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -63,3 +65,14 @@ def test_inventory_uses_the_podman_connection(monkeypatch, tmp_path):
     assert group["hosts"]["dgx01"]["ansible_host"] == "gpunode-sim-dgx01"
     assert group["vars"]["ansible_connection"] == "containers.podman.podman"
     assert group["vars"]["gpunode_sysfs_root"] == "/var/lib/gpunode-sim/sys"
+
+
+def test_version_and_json_errors(tmp_path, capsys):
+    """--version names the package version; with --json, errors are JSON objects on stdout."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("gpunode ")
+    assert cli.main(["hook", "--state-dir", str(tmp_path), "status", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"error": f"no hook database at {tmp_path / 'hook.db'}"}
+    assert cli.main(["hook", "--config", str(tmp_path / "absent.yml"), "status", "--json"]) == 2
+    assert "absent.yml" in json.loads(capsys.readouterr().out)["error"]

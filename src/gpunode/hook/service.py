@@ -250,16 +250,18 @@ def status(config: HookConfig, *, host: str | None = None, run_id: int | None = 
 
 
 def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json: bool, out) -> int:
-    if not config.db_path.exists():
-        out(f"no hook database at {config.db_path}")
+    def missing(msg: str) -> int:
+        out(json.dumps({"error": msg}) if as_json else msg)
         return 1
+
+    if not config.db_path.exists():
+        return missing(f"no hook database at {config.db_path}")
     store = Store(config.db_path)
     try:
         if run_id is not None:
             run = store.run(run_id)
             if run is None:
-                out(f"run {run_id}: not found")
-                return 1
+                return missing(f"run {run_id}: not found")
             out(json.dumps(run, indent=2, sort_keys=True) if as_json else
                 f"run {run['id']}: {run['state']} hosts={','.join(run['hosts'])} result={run['result_path'] or '-'}")
             if not as_json and run["result"]:
@@ -269,8 +271,7 @@ def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json
             return 0
         rows = [store.host(host)] if host else store.hosts()
         if host and rows[0] is None:
-            out(f"host {host}: not found")
-            return 1
+            return missing(f"host {host}: not found")
         if as_json:
             out(json.dumps({"hosts": rows, "counts": store.counts()}, indent=2, sort_keys=True))
         else:

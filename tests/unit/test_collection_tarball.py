@@ -1,0 +1,145 @@
+"""The collection as a Galaxy user gets it: built into a tarball, installed into an empty collections path.
+
+Everything here runs from that installed copy alone, outside this checkout (no ansible.cfg, no repository
+symlink); the collections it depends on come from the ``ansible`` package, as on a user's controller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+# Repository-only content that must not ship.
+NOT_SHIPPED = ["ansible.cfg", ".ansible-lint", ".yamllint", "Makefile", "pyproject.toml", "src", "molecule", "bench",
+               ".ci", "tests/unit", "tests/e2e", "playbooks/sim_cluster.yml", "inventories/sim", "examples"]
+
+
+def _env(home: Path, collections: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return {**env, "ANSIBLE_COLLECTIONS_PATH": str(collections), "ANSIBLE_HOME": str(home), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+
+
+def _run(argv, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """Build the tarball and install it; later tests (e.g. the report action) can reuse this fixture."""
+    work = tmp_path_factory.mktemp("galaxy")
+    collections = work / "collections"
+    env = _env(work / "home", collections)
+    built = _run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)], work, env)
+    assert built.returncode == 0, built.stderr
+    (tarball,) = work.glob("mlplatform-gpunode-*.tar.gz")
+    done = _run([str(BIN / "ansible-galaxy"), "collection", "install", "--offline", "--no-deps", "-p", str(collections),
+                 str(tarball)], work, env)
+    assert done.returncode == 0, done.stderr
+    root = collections / "ansible_collections" / "mlplatform" / "gpunode"
+    assert (root / "MANIFEST.json").is_file()
+    return {"work": work, "env": env, "tarball": tarball, "root": root, "collections": collections}
+
+
+def test_tarball_ships_the_collection_and_nothing_repository_only(installed):
+    with tarfile.open(installed["tarball"]) as tar:
+        names = set(tar.getnames())
+    for kept in ("LICENSE", "README.md", "meta/runtime.yml", "meta/execution-environment.yml", "requirements.txt",
+                 "bindep.txt", "playbooks/site.yml", "plugins/modules/nic_info.py", "tests/sanity/ignore-2.19.txt",
+                 "docs/hardware-facts.md", "docs/variables.md", "inventories/example/hosts.yml"):
+        assert kept in names, kept
+    for dropped in NOT_SHIPPED:
+        assert not [n for n in names if n == dropped or n.startswith(dropped + "/")], dropped
+    assert "GNU GENERAL PUBLIC LICENSE" in (installed["root"] / "LICENSE").read_text()
+
+
+def test_ansible_doc_renders_every_module_filter_and_role(installed):
+    env, work = installed["env"], installed["work"]
+    for kind, expected in (("module", MODULES), ("role", ROLES)):
+        listed = _run([str(BIN / "ansible-doc"), "-t", kind, "-l", "mlplatform.gpunode", "--json"], work, env)
+        assert listed.returncode == 0, listed.stderr
+        names = sorted(n.split(".")[-1] for n in json.loads(listed.stdout))
+        assert names == expected, kind
+    filters = _run([str(BIN / "ansible-doc"), "-t", "filter", "-l", "mlplatform.gpunode", "--json"], work, env)
+    assert filters.returncode == 0, filters.stderr
+    documented = sorted(json.loads(filters.stdout))
+    shipped = sorted(f"mlplatform.gpunode.{p.stem}" for p in (REPO / "plugins" / "filter").glob("*.yml"))
+    assert documented == shipped
+    for kind, names in (("module", [f"mlplatform.gpunode.{m}" for m in MODULES]),
+                        ("role", [f"mlplatform.gpunode.{r}" for r in ROLES]), ("filter", documented)):
+        proc = _run([str(BIN / "ansible-doc"), "-t", kind, "--json", *names], work, env)
+        assert proc.returncode == 0, proc.stderr
+        assert "WARNING" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr
+        docs = json.loads(proc.stdout)
+        assert sorted(docs) == sorted(names), kind
+        for name, doc in docs.items():
+            # ansible-doc --json gives modules/filters {"doc": ...}, roles their entry points.
+            assert doc.get("doc") or doc.get("entry_points"), name
+    # One call per module as well: a multi-name call has been seen to pass over a module whose
+    # DOCUMENTATION does not parse.
+    for module in MODULES:
+        proc = _run([str(BIN / "ansible-doc"), "-t", "module", f"mlplatform.gpunode.{module}"], work, env)
+        assert proc.returncode == 0 and not proc.stderr.strip(), (module, proc.stderr)
+
+
+def test_site_playbook_passes_syntax_check_from_the_installed_copy(installed):
+    work = installed["work"]
+    inventory = work / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": {}}}}}}))
+    proc = _run([str(BIN / "ansible-playbook"), "-i", str(inventory), "mlplatform.gpunode.site", "--syntax-check"],
+                work, installed["env"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "playbook: " in proc.stdout and str(installed["root"]) in proc.stdout
+
+
+def test_execution_environment_definition(installed, tmp_path):
+    """ansible-builder reads meta/execution-environment.yml of the installed copy and accepts a definition using it."""
+    introspect = Path(__import__("ansible_builder").__file__).parent / "_target_scripts" / "introspect.py"
+    proc = _run([sys.executable, str(introspect), "introspect", str(installed["collections"])], tmp_path,
+                installed["env"])
+    assert proc.returncode == 0, proc.stderr
+    found = yaml.safe_load(proc.stdout)
+    python = " ".join(found["python"])
+    assert "kubernetes>=" in python and "jsonpatch>=" in python, found
+    assert any(line.startswith("python3-pip") for line in found["system"]), found
+    definition = tmp_path / "execution-environment.yml"
+    definition.write_text(yaml.safe_dump({
+        "version": 3,
+        "images": {"base_image": {"name": "quay.io/ansible/awx-ee:latest"}},
+        "dependencies": {"ansible_core": {"package_pip": "ansible-core>=2.19,<2.20"},
+                         "ansible_runner": {"package_pip": "ansible-runner"},
+                         "galaxy": {"collections": [{"name": str(installed["tarball"]), "type": "file"}]}},
+    }))
+    created = _run([str(BIN / "ansible-builder"), "create", "-f", str(definition), "-c", str(tmp_path / "context")],
+                   tmp_path, installed["env"])
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert (tmp_path / "context" / "Containerfile").is_file()
+    galaxy = yaml.safe_load((tmp_path / "context" / "_build" / "requirements.yml").read_text())
+    assert galaxy["collections"][0]["type"] == "file"
+
+
+def test_example_inventory_parses_clean_and_declares_every_fabric(installed):
+    """The shipped example inventory: no warnings, every GPU node has its fabric, transport and consent."""
+    proc = _run([str(BIN / "ansible-inventory"), "-i", str(installed["root"] / "inventories" / "example"), "--list"],
+                installed["work"], installed["env"])
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr
+    inventory = json.loads(proc.stdout)
+    nodes = inventory["dgx_h100"]["hosts"] + inventory["hgx_h100"]["hosts"]
+    assert nodes and not [g for g in inventory if g.startswith("hook") or g in ("capi", "maas")]
+    for host in nodes:
+        hostvars = inventory["_meta"]["hostvars"][host]
+        assert hostvars["gpunode_fabric"] in ("ib1", "roce1"), host
+        assert hostvars["gpunode_fabric_transport"] in ("infiniband", "roce"), host
+        assert hostvars["gpunode_reboot_ok"] is True and hostvars["kubernetes_node_api_server"], host
