@@ -193,7 +193,7 @@ msg:
   description: On failure, every problem found, naming the host, the option (C(files[1].mode)) or the path or unit.
   returned: failure
   type: str
-  sample: "boot_units on gpu01: files[1] (/etc/gpunode/sriov.json).mode: 420 is not a quoted 4-digit octal mode such as '0644'"
+  sample: "boot_units on gpu01: files[1] (/etc/gpunode/sriov.json).mode: 420 is not a quoted 4-digit octal mode"
 """
 
 import os
@@ -215,6 +215,15 @@ def _show(module, names):
     by_id = bu.parse_systemctl_show(out)
     # systemctl prints the blocks in argument order; an unknown unit keeps its name as Id.
     return {name: by_id.get(name, {"load": "not-found", "enabled": "", "active": "inactive"}) for name in names}
+
+
+def _unit_after_text(before, actions):
+    """The unit's state as it will be, for the check-mode diff (``UnitFileState``/``ActiveState``)."""
+    enabled = {"enable": "enabled", "disable": "disabled"}
+    state = next((enabled[a] for a in actions if a in enabled), before["enabled"])
+    active = "active" if {"start", "restart"} & set(actions) else before["active"]
+    note = " (restarted)" if "restart" in actions else ""
+    return f"UnitFileState={state}\nActiveState={active}{note}\n"
 
 
 def main():
@@ -300,7 +309,7 @@ def main():
             before = result["units"][name]["before"]
             diff.append({"before_header": f"unit {name}", "after_header": f"unit {name}",
                          "before": f"UnitFileState={before['enabled']}\nActiveState={before['active']}\n",
-                         "after": "".join(f"{a}\n" for a in actions)})
+                         "after": _unit_after_text(before, actions)})
     changed = bool(to_write or reload_needed or any(uplan.values()))
     if not changed or module.check_mode:
         module.exit_json(changed=changed, diff=diff, **result)
