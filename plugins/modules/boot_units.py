@@ -16,7 +16,7 @@ description:
   - Reads the SHA-256 digest, mode, owner and group of every file in O(files) and the C(LoadState), C(UnitFileState)
     and C(ActiveState) of every unit in O(units) with one C(systemctl show); computes what differs; in check mode
     stops there and returns a diff per file (before and after text, as C(copy) and C(template) show it).
-  - Validates every file and unit before writing any: a relative or non-normalized path, a mode that is not a quoted
+  - Validates every file and unit before writing any. A relative or non-normalized path, a mode that is not a quoted
     4-digit octal string, an unknown owner or group, a path whose parent is a file, or a unit that is neither written
     by this call nor known to systemd fails the whole call naming the option (C(files[1].mode), C(units[0].name)) and
     nothing is written.

@@ -140,7 +140,8 @@ def test_check_mode_shows_each_pending_file_and_writes_nothing(systemd, tmp_path
     assert [d["after_header"] for d in res["diff"][:3]] == [f["path"] for f in files]
     assert res["diff"][0]["before"] == "" and res["diff"][0]["after"] == files[0]["content"]
     assert res["diff"][0]["before_header"].endswith("(missing)")
-    assert res["diff"][3]["before_header"] == f"unit {UNIT}" and res["diff"][3]["after"] == "UnitFileState=enabled\nActiveState=inactive\n"
+    assert res["diff"][3]["before_header"] == f"unit {UNIT}"
+    assert res["diff"][3]["after"] == "UnitFileState=enabled\nActiveState=inactive\n"
     assert res["daemon_reloaded"] is True and res["units_enabled"] == [UNIT]
 
 
