@@ -56,7 +56,14 @@ options:
     type: list
     elements: str
   apt_packages:
-    description: Packages whose versions apt offers are read with one C(apt-cache madison) (empty - not run).
+    description:
+      - Packages whose versions apt offers are read with one C(apt-cache madison) (empty - not run).
+      - A name ending in C(*) is a prefix (C(nvidia-driver-*)), expanded with C(apt-cache pkgnames) in the same run.
+    type: list
+    elements: str
+    default: []
+  extra_files:
+    description: Paths or globs read besides O(files) (a role's own result files).
     type: list
     elements: str
     default: []
@@ -222,8 +229,18 @@ class Reader:
             self.fail_parse("the package database", exc, out)
         return parsed["packages"], parsed["held"]
 
-    def candidates(self, names):
-        if not names or not self.tools["apt-cache"]:
+    def candidates(self, patterns):
+        if not patterns or not self.tools["apt-cache"]:
+            return {}
+        names = set()
+        for pattern in patterns:
+            if pattern.endswith("*"):
+                # apt-cache pkgnames PREFIX: every package name apt knows that starts with PREFIX.
+                names.update(self.run([self.tools["apt-cache"], "pkgnames", pattern[:-1]])[1].split())
+            else:
+                names.add(pattern)
+        names = sorted(names)
+        if not names:
             return {}
         # madison exits 0 and prints nothing for a package it does not know.
         _rc, out, _err = self.run([self.tools["apt-cache"], "madison", *names])
@@ -324,6 +341,7 @@ def main():
             "units": {"type": "list", "elements": "str"},
             "kernel_modules": {"type": "list", "elements": "str"},
             "apt_packages": {"type": "list", "elements": "str", "default": []},
+            "extra_files": {"type": "list", "elements": "str", "default": []},
             "nv_config": {"type": "bool", "default": True},
             "roce_accl_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "qos_roles": {"type": "list", "elements": "str", "default": ["compute"]},
@@ -348,7 +366,7 @@ def main():
         module.warn(note)
 
     reader = Reader(module)
-    patterns = params["files"] if params["files"] is not None else hs.DEFAULT_FILES
+    patterns = (params["files"] if params["files"] is not None else hs.DEFAULT_FILES) + params["extra_files"]
     try:
         files = hs.read_files(patterns, params["root"])
     except ValueError as exc:

@@ -124,8 +124,10 @@ def sim(tmp_path, monkeypatch):
             return res.rc, res.out, res.err
         if tool == "dpkg-query":
             return 0, DPKG, ""
+        if tool == "apt-cache" and argv[1] == "pkgnames":
+            return 0, "nvidia-driver-550-server\nnvidia-driver-550-server-open\n" if argv[2] == "nvidia-driver-" else "", ""
         if tool == "apt-cache":
-            return 0, MADISON, ""
+            return 0, MADISON if "doca-ofed" in argv else "", ""
         if tool == "systemctl":
             units = argv[3:]
             return 0, "\n".join(f"Id={u}\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
@@ -218,6 +220,13 @@ def test_unreadable_package_database_fails_naming_it(sim, monkeypatch):
     args = {"sysfs_root": str(sim["host"] / "sys"), "root": str(sim["files_root"])}
     result = run_module(host_state.main, args, FailJson)
     assert "cannot read the package database" in result["msg"]
+
+
+def test_apt_prefix_is_expanded_in_the_same_run(sim):
+    read(sim, apt_packages=["doca-ofed", "nvidia-driver-*"])
+    madison = [c for c in sim["calls"] if c[:2] == ["apt-cache", "madison"]]
+    assert madison == [["apt-cache", "madison", "doca-ofed", "nvidia-driver-550-server",
+                        "nvidia-driver-550-server-open"]]
 
 
 def test_check_mode_reads_the_same(sim):
