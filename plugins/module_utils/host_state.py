@@ -61,6 +61,7 @@ DEFAULT_UNITS = [
 DEFAULT_KERNEL_MODULES = [
     "mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "rdma_ucm",
     "nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem",
+    "overlay", "br_netfilter",
 ]
 
 

@@ -125,7 +125,8 @@ def sim(tmp_path, monkeypatch):
         if tool == "dpkg-query":
             return 0, DPKG, ""
         if tool == "apt-cache" and argv[1] == "pkgnames":
-            return 0, "nvidia-driver-550-server\nnvidia-driver-550-server-open\n" if argv[2] == "nvidia-driver-" else "", ""
+            names = "nvidia-driver-550-server\nnvidia-driver-550-server-open\n"
+            return 0, names if argv[2] == "nvidia-driver-" else "", ""
         if tool == "apt-cache":
             return 0, MADISON if "doca-ofed" in argv else "", ""
         if tool == "systemctl":
