@@ -28,6 +28,11 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("fleet_report: input (the results directory) is required")
         source = os.path.abspath(os.path.expanduser(str(args["input"])))
         output = os.path.abspath(os.path.expanduser(str(args.get("output") or source)))
+        if self._task.check_mode and not os.path.isdir(source):
+            # check mode writes no results, so on a fresh fleet there is nothing to render yet
+            result.update(changed=False, files={}, output=output,
+                          msg=f"fleet report: check mode, no results directory {source} yet; nothing written")
+            return result
         if not os.path.isdir(source):
             raise AnsibleActionFail(f"fleet_report: input {source} is not a directory")
         if self._task.check_mode:

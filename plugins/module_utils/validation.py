@@ -451,7 +451,7 @@ def judge_pairs(tests, results, threshold_pct, server_errors=None):
         else:
             status, why = "pass", ""
         verdicts.append((test, status, why, gbps, bool(server_down)))
-    passed = {(t[h], t["rail"]) for t, status, *_ in verdicts if status == "pass" for h in ("server", "client")}
+    passed = {(t[h], t["rail"]) for t, status, *_rest in verdicts if status == "pass" for h in ("server", "client")}
     out = {}
     for test, status, why, gbps, server_down in verdicts:
         blame = {"server": False, "client": False}

@@ -23,7 +23,7 @@ description:
     not change is not rewritten; the task reports changed when any file was written.
   - Fails naming the file when an input file is not readable JSON or YAML.
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
     support: full
@@ -32,7 +32,16 @@ attributes:
     support: none
   action:
     support: full
+  async:
+    support: none
+  platform:
+    support: full
+    platforms: all
+    details: Runs on the controller; it reads the results directory there.
+  bypass_host_loop:
+    support: none
   run_once:
+    description: Can be used with C(run_once).
     support: full
     details: Meant to run once per play.
 extends_documentation_fragment:

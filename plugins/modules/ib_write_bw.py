@@ -248,8 +248,8 @@ def main():
             c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})
     started, server_errors = _start_servers(module, binary, params["servers"], params["extra_args"],
                                             params["timeout"], params["server_check_s"])
-    tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"],
-                                    params["connect_retries"]) for c in params["clients"]}
+    tests = {c["id"]: _run_client(module, binary, c, params["extra_args"], params["timeout"], params["connect_retries"])
+             for c in params["clients"]}
     module.exit_json(changed=False, started=started, server_errors=server_errors, tests=tests)
 
 

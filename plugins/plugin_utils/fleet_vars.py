@@ -37,7 +37,9 @@ class FleetVars:
             except KeyError:
                 facts = None
             if facts is not None:
-                return facts
+                # The cache holds the facts as the setup module returned them (``ansible_processor_vcpus``);
+                # ``ansible_facts`` names them without the prefix, as namespace_facts does.
+                return {(k[len("ansible_"):] if k.startswith("ansible_") else k): v for k, v in facts.items()}
         return self.get(host, "ansible_facts") or {}
 
     def get(self, host, name, default=None):

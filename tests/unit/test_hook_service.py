@@ -42,7 +42,7 @@ class Service:
 
     def __init__(self, site: Path, **settings):
         self.site = site
-        self.port = free_port()
+        self.port = free_port(18120, 18160)  # this module's ports (test_hook.py uses 18081-18099)
         values = {"state_dir": str(site / "state"), "project_dir": str(site / "project"), "playbook": "play.yml",
                   "inventory": "hosts.yml", "run_secrets_file": str(site / "run-secrets.yml"), "batch_window": 0.2,
                   "retry_delay": 0, "max_attempts": 1, "listen_port": self.port}
