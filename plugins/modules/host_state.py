@@ -30,6 +30,13 @@ options:
     type: list
     elements: str
     default: []
+  detected_interfaces:
+    description:
+      - Management interfaces found by the caller (default route, the address Ansible connects to), as for
+        M(mlplatform.gpunode.nic_info); one absent from the sysfs tree is ignored.
+    type: list
+    elements: str
+    default: []
   overrides:
     description: PCI address -> C({role}) pins, as for M(mlplatform.gpunode.nic_info).
     type: dict
@@ -184,12 +191,13 @@ discovery_warnings:
 """
 
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import DiscoveryError, discover
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
     pending_params,
@@ -197,7 +205,6 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 
 TOOLS = ("dpkg-query", "apt-cache", "systemctl", "mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "nvidia-smi")
 
@@ -336,6 +343,7 @@ def main():
         argument_spec={
             "sysfs_root": {"type": "path", "default": "/sys"},
             "management_interfaces": {"type": "list", "elements": "str", "default": []},
+            "detected_interfaces": {"type": "list", "elements": "str", "default": []},
             "overrides": {"type": "dict", "default": {}},
             "files": {"type": "list", "elements": "str"},
             "units": {"type": "list", "elements": "str"},
@@ -352,14 +360,12 @@ def main():
     params = module.params
     sysfs_root = params["sysfs_root"]
     try:
-        snapshot = read_sysfs(sysfs_root)
-    except SysfsError as exc:
-        module.fail_json(msg=f"host_state: {exc}", sysfs_root=sysfs_root)
-    try:
-        hardware = classify(snapshot, management_interfaces=params["management_interfaces"],
-                            overrides=params["overrides"])
-    except ValueError as exc:
-        module.fail_json(msg=f"host_state: invalid override: {exc}", sysfs_root=sysfs_root)
+        hardware = discover(sysfs_root, hostname=socket.gethostname(),
+                            management_interfaces=params["management_interfaces"],
+                            detected_interfaces=params["detected_interfaces"],
+                            overrides=params["overrides"], caller="host_state")
+    except DiscoveryError as exc:
+        module.fail_json(msg=str(exc), sysfs_root=sysfs_root)
     notes = hardware.pop("warnings")
     hardware["discovery_warnings"] = notes
     for note in notes:
