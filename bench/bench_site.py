@@ -9,6 +9,9 @@ Kubernetes API emulator as the control plane (``playbooks/sim_cluster.yml``), an
 (b) tasks executed per host in the re-run (ansible.posix.json callback: a task counts once per host
     whatever its loop; skipped tasks are counted apart) — equal for every host when no task loops
     over NICs (the 2-rail host is its own fabric, ``pcie``: a fabric's contract compares rail counts);
+(c) host round trips per host in the re-run: module executions on the host, not task lines - a task result
+    that is not skipped, whose action runs on the host (not set_fact/debug/assert/include and the other
+    controller-side actions), not delegated to the controller, and not a fleet-level run_once task;
 (d) reboots per fresh provision and per re-run, counted where they happen: the simulated inventory's
     power-cycle command is wrapped to log each call before it runs ``gpunode sim reboot``.
 
@@ -36,6 +39,27 @@ HOSTS = {"bn-2rail": "pcie-h100-2rail", "bn-dgx": "dgx-h100", "bn-hgx": "hgx-h10
 KAPI_PORT = 18645
 
 
+# Actions that run on the controller only: their task lines are no host round trip.
+CONTROLLER_ACTIONS = {
+    "set_fact", "debug", "assert", "fail", "meta", "include_tasks", "import_tasks", "include_role", "import_role",
+    "include_vars", "add_host", "group_by", "set_stats", "pause", "fleet_contract", "validate_argument_spec",
+}
+
+
+def _short(action: str) -> str:
+    return (action or "").rsplit(".", 1)[-1]
+
+
+def host_round_trip(result: dict) -> bool:
+    """Did this task result execute a module on the host? (pure; one ansible.posix.json host result)"""
+    if result.get("skipped") or _short(result.get("action", "")) in CONTROLLER_ACTIONS:
+        return False
+    delegated = result.get("_ansible_delegated_vars") or {}
+    if delegated.get("ansible_connection") == "local":
+        return False
+    return delegated.get("ansible_host", delegated.get("ansible_delegated_host")) not in ("localhost", "127.0.0.1")
+
+
 def sh(argv, env=None, check=True):
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=REPO)
     if check and proc.returncode != 0:
@@ -54,6 +78,7 @@ def playbook(inventory, env, extra, vars_file):
     except ValueError:
         raise SystemExit(f"site.yml printed no JSON:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
     tasks = {h: {"executed": 0, "skipped": 0} for h in HOSTS}
+    trips = {h: [] for h in HOSTS}  # host -> "play / task" lines that ran a module on the host
     status = {h: {} for h in HOSTS}  # host -> task name -> "executed" | "skipped"
     changed_tasks, failed_tasks = {}, {}  # task name -> hosts (with the message, for failures)
     for play in data.get("plays", []):
@@ -64,12 +89,14 @@ def playbook(inventory, env, extra, vars_file):
                     kind = "skipped" if result.get("skipped") else "executed"
                     tasks[host][kind] += 1
                     status[host][f"{play.get('play', {}).get('name', '?')} / {name}"] = kind
+                    if host_round_trip(result):
+                        trips[host].append(f"{play.get('play', {}).get('name', '?')} / {name}")
                     if result.get("changed"):
                         changed_tasks.setdefault(name, []).append(host)
                     if result.get("failed") and not result.get("ignore_errors"):
                         failed_tasks.setdefault(name, []).append(f"{host}: {str(result.get('msg', ''))[:300]}")
     stats = data.get("stats", {})
-    return {"seconds": seconds, "rc": proc.returncode, "tasks": tasks, "status": status,
+    return {"seconds": seconds, "rc": proc.returncode, "tasks": tasks, "status": status, "trips": trips,
             "changed_tasks": changed_tasks, "failed_tasks": failed_tasks,
             "changed": {h: stats.get(h, {}).get("changed") for h in HOSTS},
             "failed": {h: stats.get(h, {}).get("failures", 0) + stats.get(h, {}).get("unreachable", 0) for h in HOSTS}}
@@ -125,12 +152,16 @@ def section(r: dict) -> str:
     once = {name for name in rerun["status"][first]
             if all(name not in rerun["status"][h] for h in HOSTS if h != first)}
     rows = []
+    trips = {h: [t for t in rerun["trips"][h] if t not in once] for h in HOSTS}
     for host, profile in HOSTS.items():
         done = rerun["tasks"][host]
         per_host = done["executed"] + done["skipped"] - (len(once) if host == first else 0)
-        rows.append(f"| {host} ({profile}) | {per_host} | {done['executed'] + done['skipped']} | {done['executed']} | "
-                    f"{done['skipped']} | {rerun['changed'][host]} | {r['fresh_reboots'][host]} | "
+        rows.append(f"| {host} ({profile}) | {len(trips[host])} | {per_host} | {done['executed'] + done['skipped']} | "
+                    f"{done['executed']} | {done['skipped']} | {rerun['changed'][host]} | {r['fresh_reboots'][host]} | "
                     f"{r['rerun_reboots'][host]} |")
+    trip_names = sorted({t for ts in trips.values() for t in ts})
+    trip_rows = [f"| {name} | " + " | ".join("x" if name in trips[h] else "" for h in HOSTS) + " |"
+                 for name in trip_names]
     # Tasks whose outcome is not the same on every host: what makes the executed counts differ.
     names = sorted({name for st in rerun["status"].values() for name in st})
     differ = [(name, {h: rerun["status"][h].get(name, "absent") for h in HOSTS}) for name in names
@@ -160,10 +191,18 @@ def section(r: dict) -> str:
         f"| site.yml fresh provision | {fresh['seconds']:.1f} s | {fresh['seconds'] / r['floor']:.1f}× |",
         f"| site.yml idempotent re-run | {rerun['seconds']:.1f} s | {rerun['seconds'] / r['floor']:.1f}× |",
         "",
-        "| host | per-host tasks (re-run) | all tasks | executed | skipped | changed (re-run) "
-        "| reboots, fresh provision | reboots, re-run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| host | host round trips (re-run) | per-host tasks (re-run) | all tasks | executed | skipped "
+        "| changed (re-run) | reboots, fresh provision | reboots, re-run |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        "A host round trip is a module executed on the host: a task result that is not skipped, whose action is "
+        "not controller-side (set_fact, debug, assert, include, fleet_contract, ...) and not delegated to the "
+        "controller, leaving out the fleet-level run_once tasks. The re-run's round trips:",
+        "",
+        "| task (re-run round trip) | " + " | ".join(HOSTS) + " |",
+        "|---|" + "---|" * len(HOSTS),
+        *(trip_rows or ["| (none) |" + " |" * len(HOSTS)]),
         "",
         "A task counts once per host whatever it loops over (ansible.posix.json callback). Per-host tasks leave out "
         f"the {len(once)} fleet-level run_once tasks (contract, cluster objects, report), which run on the first "

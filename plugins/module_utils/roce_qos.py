@@ -23,7 +23,11 @@ from __future__ import annotations
 import os
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import read_traffic_class
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import (
+    parse_cma_roce_tos,
+    parse_mlnx_qos,
+    read_traffic_class,
+)
 
 FIELDS = ("trust", "pfc", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
 TRUST_MODES = ("pcp", "dscp")
@@ -131,6 +135,31 @@ def paths(sysfs_root, netdev, rdma_device):
         result["traffic_class"] = os.path.join(sysfs_root, "class", "infiniband", rdma_device, "tc", "1",
                                                "traffic_class")
     return result
+
+
+def read_text(path):
+    """A sysfs attribute's text, or None when the file is absent."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def read_state(run, sysfs_root, netdev, rdma_device):
+    """One netdev's QoS state -> ``(state, files)``.
+
+    ``run(argv)`` runs a tool and returns its stdout (it fails the caller on a non-zero exit);
+    ParseError propagates. Shared by the ``roce_qos`` and ``host_state`` modules.
+    """
+    files = paths(sysfs_root, netdev, rdma_device)
+    qos = parse_mlnx_qos(run(["mlnx_qos", "-i", netdev]))
+    ecn = {field: (None if read_text(files[field][0]) is None else [read_text(p) or "" for p in files[field]])
+           for field in ECN_POINTS}
+    cma = parse_cma_roce_tos(run(["cma_roce_tos", "-d", rdma_device])) if rdma_device else None
+    state = state_from(qos, ecn, read_text(files["cnp_dscp"]),
+                       read_text(files["traffic_class"]) if rdma_device else None, cma, read_text(files["mtu"]))
+    return state, files
 
 
 def dcbx_kind(dcbx_mode):

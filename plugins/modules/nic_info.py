@@ -305,12 +305,10 @@ discovery_warnings:
   sample: ["override for 0000:55:00.0: not present on this host; ignored"]
 """
 
-import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import DiscoveryError, discover
 
 
 def main():
@@ -325,25 +323,12 @@ def main():
     )
     root = module.params["sysfs_root"]
     try:
-        snapshot = read_sysfs(root)
-    except SysfsError as exc:
-        module.fail_json(msg=f"nic_info: {exc}", sysfs_root=root)
-    net_dir = os.path.join(root, "class", "net")
-    absent = [name for name in module.params["management_interfaces"] if not os.path.isdir(os.path.join(net_dir, name))]
-    if absent:
-        module.fail_json(msg=f"nic_info on {socket.gethostname()}: management_interfaces {', '.join(absent)}: "
-                             f"no such interface under {net_dir} (interfaces there: "
-                             f"{', '.join(sorted(os.listdir(net_dir))) if os.path.isdir(net_dir) else 'none'})",
-                         sysfs_root=root)
-    try:
-        result = classify(
-            snapshot,
-            management_interfaces=list(dict.fromkeys(module.params["management_interfaces"]
-                                                     + module.params["detected_interfaces"])),
-            overrides=module.params["overrides"],
-        )
-    except ValueError as exc:
-        module.fail_json(msg=f"nic_info: invalid override: {exc}", sysfs_root=root)
+        result = discover(root, hostname=socket.gethostname(),
+                          management_interfaces=module.params["management_interfaces"],
+                          detected_interfaces=module.params["detected_interfaces"],
+                          overrides=module.params["overrides"], caller="nic_info")
+    except DiscoveryError as exc:
+        module.fail_json(msg=str(exc), sysfs_root=root)
     # "warnings" is reserved in module results (Ansible consumes it): publish the list under its own
     # key and raise each entry as an Ansible warning too.
     notes = result.pop("warnings")

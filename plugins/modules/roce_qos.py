@@ -174,15 +174,6 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import parse_cma_roce_tos, parse_mlnx_qos
-
-
-def _read(path):
-    try:
-        with open(path, encoding="ascii") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 def _write(path, text):
@@ -218,18 +209,11 @@ class Runner:
         return out
 
     def read(self, entry):
-        netdev, dev = entry["netdev"], entry.get("rdma_device")
-        files = roce_qos.paths(self.root, netdev, dev)
         try:
-            qos = parse_mlnx_qos(self.run(["mlnx_qos", "-i", netdev]))
-            ecn = {field: (None if _read(files[field][0]) is None else [_read(p) or "" for p in files[field]])
-                   for field in roce_qos.ECN_POINTS}
-            cma = parse_cma_roce_tos(self.run(["cma_roce_tos", "-d", dev])) if dev else None
-            state = roce_qos.state_from(qos, ecn, _read(files["cnp_dscp"]),
-                                        _read(files["traffic_class"]) if dev else None, cma, _read(files["mtu"]))
+            return roce_qos.read_state(self.run, self.root, entry["netdev"], entry.get("rdma_device"))
         except ParseError as exc:
-            self.fail(f"netdev {netdev}: {exc}")
-        return state, files
+            self.fail(f"netdev {entry['netdev']}: {exc}")
+        return None, None
 
 
 def _precheck(root, entry):
@@ -243,7 +227,7 @@ def _precheck(root, entry):
         return None
     if not os.path.isdir(os.path.join(ib_dir, dev)):
         return f"netdev {netdev}: RDMA device {dev} not found under {ib_dir}"
-    if (_read(os.path.join(ib_dir, dev, "ports", "1", "link_layer")) or "").strip() == "InfiniBand":
+    if (roce_qos.read_text(os.path.join(ib_dir, dev, "ports", "1", "link_layer")) or "").strip() == "InfiniBand":
         return (f"netdev {netdev} ({dev}): InfiniBand link layer has no PFC, ECN or DSCP trust; "
                 "RoCE QoS applies to Ethernet ports only")
     return None

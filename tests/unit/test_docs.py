@@ -33,6 +33,18 @@ PLUGINS = [
     ("filter", "sriov_rails_from_hw"),
     ("filter", "adaptive_routing_mode"),
     ("filter", "kubelet_node_labels"),
+    ("module", "host_state"),
+    ("filter", "file_plan"),
+    ("filter", "key_plan"),
+    ("filter", "unit_plan"),
+    ("filter", "unheld"),
+    ("filter", "package_versions"),
+    ("filter", "apt_versions"),
+    ("filter", "module_version"),
+    ("filter", "nv_config_plan"),
+    ("filter", "roce_accl_plan"),
+    ("filter", "vf_plan"),
+    ("filter", "qos_plan"),
 ]
 
 

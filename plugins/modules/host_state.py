@@ -1,0 +1,416 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_state
+short_description: Read everything the pipeline compares against, in one module run on the host
+version_added: "0.2.0"
+description:
+  - One read of a GPU node per run (design "read once, plan, change only what differs"). The later roles plan
+    against what this returns and touch the host only where their plan is non-empty.
+  - "Returns, in one result: the hardware from sysfs (the same discovery as M(mlplatform.gpunode.nic_info), from
+    the same module_utils), installed and held package versions (one C(dpkg-query)), the versions apt offers for
+    the packages named in O(apt_packages) (one C(apt-cache madison)), the loaded kernel module versions, the
+    digest, mode and owner of every managed file, the enablement and activity of the managed units (one
+    C(systemctl show)), the NV config of every NIC (C(mlxconfig -e q)), the ROCE_ACCL register
+    (C(mlxreg)), the VF counts, the RoCE QoS of the Ethernet rails (C(mlnx_qos), ECN/CNP sysfs, C(cma_roce_tos))
+    and the driver state from C(nvidia-smi -q)."
+  - A vendor tool that is not installed yet (a fresh host) leaves its part empty and C(tools) says so; a device
+    that refuses a tool is listed with the tool's reason, never silently dropped.
+  - Read-only; the same answer in check mode.
+author: mlplatform.gpunode developers
+options:
+  management_interfaces:
+    description: Netdevs that carry management/SSH traffic (never a rail), as for M(mlplatform.gpunode.nic_info).
+    type: list
+    elements: str
+    default: []
+  detected_interfaces:
+    description:
+      - Management interfaces found by the caller (default route, the address Ansible connects to), as for
+        M(mlplatform.gpunode.nic_info); one absent from the sysfs tree is ignored.
+    type: list
+    elements: str
+    default: []
+  overrides:
+    description: PCI address -> C({role}) pins, as for M(mlplatform.gpunode.nic_info).
+    type: dict
+    default: {}
+  files:
+    description:
+      - Absolute paths or globs of the files the collection manages; a matched directory contributes its files.
+      - "The default covers the boot units and their drop-ins (C(/etc/systemd/system/gpunode-*),
+        C(/etc/systemd/system/*.service.d/gpunode-*)), their scripts (C(/usr/local/libexec/gpunode/*),
+        C(/usr/local/sbin/gpunode-*)) and configuration (C(/etc/gpunode/*)), the apt keyrings, sources and
+        preferences, C(/etc/modules-load.d/*), C(/etc/modprobe.d/*), C(/etc/sysctl.d/*), the containerd config,
+        C(/etc/crictl.yaml) and C(/etc/default/kubelet)."
+    type: list
+    elements: str
+  units:
+    description:
+      - Units to read besides every C(gpunode-*) unit found in O(files).
+      - Default C(openibd), C(nvidia-persistenced), C(nvidia-fabricmanager), C(nvidia-dcgm), C(containerd),
+        C(kubelet), C(systemd-modules-load) (all C(.service)).
+    type: list
+    elements: str
+  kernel_modules:
+    description: Kernel modules whose presence and C(version) are read under O(sysfs_root)C(/module).
+    type: list
+    elements: str
+  apt_packages:
+    description:
+      - Packages whose versions apt offers are read with one C(apt-cache madison) (empty - not run).
+      - A name ending in C(*) is a prefix (C(nvidia-driver-*)), expanded with C(apt-cache pkgnames) in the same run.
+    type: list
+    elements: str
+    default: []
+  extra_files:
+    description: Paths or globs read besides O(files) (a role's own result files).
+    type: list
+    elements: str
+    default: []
+  nv_config:
+    description: Read the NV config (C(mlxconfig -e q)) of every NIC whose role is not C(ignored).
+    type: bool
+    default: true
+  roce_accl_roles:
+    description: NIC roles whose ROCE_ACCL register is read.
+    type: list
+    elements: str
+    default: [compute]
+  qos_roles:
+    description: NIC roles whose Ethernet netdevs' RoCE QoS is read.
+    type: list
+    elements: str
+    default: [compute]
+  root:
+    description: Prefix of O(files) (C(/) on a host; a tree in tests).
+    type: path
+    default: /
+notes:
+  - "Formats: dpkg-query(1) C(${db:Status-Want}) (C(hold) is what C(apt-mark showhold) lists), apt-cache(8)
+    C(madison), systemctl(1) C(show --property), the NVIDIA MFT user manual (C(mlxconfig -e q), C(mlxreg)) and
+    the NVIDIA RoCE QoS guides (C(mlnx_qos)); https://docs.nvidia.com/networking/display/mftv4270/."
+  - Refresh it after something changes the host (a reboot, a VF change, a package install); the discovery role
+    does.
+extends_documentation_fragment:
+  - mlplatform.gpunode.sysfs
+"""
+
+EXAMPLES = r"""
+- name: Read the host once
+  mlplatform.gpunode.host_state:
+    sysfs_root: "{{ gpunode_sysfs_root | default('/sys') }}"
+    apt_packages: [doca-ofed, nvidia-driver-550-server]
+  register: __state
+
+- name: Publish it
+  ansible.builtin.set_fact:
+    gpunode_host_state: "{{ __state.host_state }}"
+"""
+
+RETURN = r"""
+host_state:
+  description: Everything read, under stable keys (the C(gpunode_host_state) fact the discovery role publishes).
+  returned: success
+  type: dict
+  contains:
+    hardware:
+      description: The M(mlplatform.gpunode.nic_info) result (C(platform), C(gpus), C(nvswitches), C(nics), C(rails),
+        C(gpus_without_rail), C(discovery_warnings)).
+      type: dict
+    files:
+      description: Host path -> C({sha256 (hex), mode ("0644"), owner, group}) of every existing managed file;
+        a missing file is absent.
+      type: dict
+      sample: {"/etc/systemd/system/gpunode-sriov.service": {"sha256": "9f2c...", "mode": "0644",
+               "owner": "root", "group": "root"}}
+    units:
+      description: Unit -> C({enabled (UnitFileState, or not-found), active (ActiveState), load (LoadState)}).
+      type: dict
+      sample: {"openibd.service": {"enabled": "enabled", "active": "active", "load": "loaded"}}
+    packages:
+      description: Installed package -> version (C(dpkg-query)).
+      type: dict
+      sample: {"doca-ofed": "2.9.0-1"}
+    held:
+      description: Packages with a C(hold) selection, sorted.
+      type: list
+      elements: str
+    apt_candidates:
+      description: Package of O(apt_packages) -> versions apt offers, in apt's order; a package apt does not
+        know is absent.
+      type: dict
+      sample: {"doca-ofed": ["2.9.0-1"]}
+    kernel_modules:
+      description: Module -> C({loaded (bool), version (str or null)}).
+      type: dict
+      sample: {"mlx5_core": {"loaded": true, "version": "24.10-1.1.4"}}
+    nv_config:
+      description: PCI address -> parameter -> C({default, current, next_boot}) as C(mlxconfig -e q) prints them.
+      type: dict
+    nv_config_blocks:
+      description: PCI address -> the parsed C(mlxconfig -e q) block (header and rows), what the controller-side
+        NV config plan compares against.
+      type: dict
+    nv_config_pending:
+      description: PCI address -> parameters whose next-boot value differs from the current one.
+      type: dict
+    nv_config_refused:
+      description: PCI address -> the reason mlxconfig refused the device.
+      type: dict
+    roce_accl:
+      description: PCI address -> ROCE_ACCL field -> integer value.
+      type: dict
+    roce_accl_refused:
+      description: PCI address -> the reason mlxreg refused the device.
+      type: dict
+    vfs:
+      description: PCI address -> C({numvfs, totalvfs}) of every PF that has SR-IOV.
+      type: dict
+    qos:
+      description: Netdev -> the M(mlplatform.gpunode.roce_qos) C(current) state (trust, pfc, ecn_np, ecn_rp, cnp_dscp,
+        roce_tos, cma_roce_tos, mtu, dcbx_mode).
+      type: dict
+    gpu_driver:
+      description: C({loaded, driver_version, persistence_mode, fabric_state, error}) from C(nvidia-smi -q).
+      type: dict
+    tools:
+      description: Tool -> the path found, or null when it is not installed (its part of the state is empty).
+      type: dict
+discovery_warnings:
+  description: The classifier's notes (also raised as Ansible warnings).
+  returned: success
+  type: list
+  elements: str
+"""
+
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import DiscoveryError, discover
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
+    config_of,
+    pending_params,
+    query_devices,
+)
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+
+TOOLS = ("dpkg-query", "apt-cache", "systemctl", "mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "nvidia-smi")
+
+
+class Reader:
+    def __init__(self, module):
+        self.module = module
+        self.tools = {tool: module.get_bin_path(tool) for tool in TOOLS}
+        if not self.tools["mlxconfig"]:
+            self.tools["mlxconfig"] = module.get_bin_path("mstconfig")
+
+    def run(self, argv, check=True):
+        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        if check and rc != 0:
+            self.module.fail_json(msg=f"host_state: {' '.join(argv)} failed (rc {rc}): {err.strip() or out.strip()}",
+                                  rc=rc, stdout=out, stderr=err, cmd=argv)
+        return rc, out, err
+
+    def fail_parse(self, what, exc, out):
+        self.module.fail_json(msg=f"host_state: cannot read {what}: {exc}", stdout=out)
+
+    def packages(self):
+        if not self.tools["dpkg-query"]:
+            return {}, []
+        _rc, out, _err = self.run([self.tools["dpkg-query"], "-W", "-f", hs.DPKG_FORMAT])
+        try:
+            parsed = hs.parse_dpkg_query(out)
+        except ParseError as exc:
+            self.fail_parse("the package database", exc, out)
+        return parsed["packages"], parsed["held"]
+
+    def candidates(self, patterns):
+        if not patterns or not self.tools["apt-cache"]:
+            return {}
+        names = set()
+        for pattern in patterns:
+            if pattern.endswith("*"):
+                # apt-cache pkgnames PREFIX: every package name apt knows that starts with PREFIX.
+                names.update(self.run([self.tools["apt-cache"], "pkgnames", pattern[:-1]])[1].split())
+            else:
+                names.add(pattern)
+        names = sorted(names)
+        if not names:
+            return {}
+        # madison exits 0 and prints nothing for a package it does not know.
+        _rc, out, _err = self.run([self.tools["apt-cache"], "madison", *names])
+        try:
+            return hs.parse_madison(out)
+        except ParseError as exc:
+            self.fail_parse("apt-cache madison", exc, out)
+        return {}
+
+    def units(self, names):
+        if not names or not self.tools["systemctl"]:
+            return {}
+        rc, out, err = self.run([self.tools["systemctl"], "show", f"--property={hs.SYSTEMCTL_PROPERTIES}", *names],
+                                check=False)
+        if rc != 0:
+            # No systemd as PID 1 (a chroot): the units cannot be read; say so instead of guessing.
+            self.module.warn(f"host_state: systemctl show failed (rc {rc}): {err.strip()}; unit states unknown")
+            return {}
+        try:
+            return hs.parse_systemctl_show(out, names)
+        except ParseError as exc:
+            self.fail_parse("the unit states", exc, out)
+        return {}
+
+    def nv_config(self, devices):
+        binary = self.tools["mlxconfig"]
+        if not binary or not devices:
+            return {}, {}
+        try:
+            return query_devices(lambda argv: self.run(argv, check=False), binary, devices)
+        except ParseError as exc:
+            self.fail_parse("the NV config", exc, "")
+        return {}, {}
+
+    def roce_accl(self, devices):
+        binary = self.tools["mlxreg"]
+        read, refused = {}, {}
+        if not binary:
+            return read, refused
+        for device in devices:
+            rc, out, err = self.run(get_argv(binary, device), check=False)
+            if rc != 0:
+                messages = [ln.strip()[3:].strip() for ln in f"{out}\n{err}".splitlines()
+                            if ln.strip().startswith("-E-")]
+                refused[device] = "; ".join(messages) or err.strip() or f"mlxreg exited {rc}"
+                continue
+            try:
+                result = parse_get(out)
+            except ParseError as exc:
+                self.fail_parse(f"the ROCE_ACCL register of {device}", exc, out)
+            if result["errors"]:
+                refused[device] = "; ".join(result["errors"])
+            else:
+                read[device] = result["fields"]
+        return read, refused
+
+    def qos(self, root, nics):
+        if not (self.tools["mlnx_qos"] and self.tools["cma_roce_tos"]):
+            return {}
+
+        def run(argv):
+            tool = self.tools[argv[0]]
+            return self.run([tool, *argv[1:]])[1]
+
+        out = {}
+        for nic in nics:
+            try:
+                state, _files = roce_qos.read_state(run, root, nic["netdev"], nic.get("rdma_device"))
+            except ParseError as exc:
+                self.fail_parse(f"the RoCE QoS of {nic['netdev']}", exc, "")
+            out[nic["netdev"]] = state
+        return out
+
+    def gpu_driver(self):
+        empty = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None, "error": None}
+        binary = self.tools["nvidia-smi"]
+        if not binary:
+            return empty
+        rc, out, err = self.run([binary, "-q"], check=False)
+        if rc != 0:
+            return dict(empty, error=(err or out).strip() or f"nvidia-smi -q exited {rc}")
+        try:
+            summary = driver_summary(parse_query(out))
+        except ParseError as exc:
+            self.fail_parse("nvidia-smi -q", exc, out)
+        return {"loaded": True, "driver_version": summary["driver_version"],
+                "persistence_mode": summary["persistence_mode"], "fabric_state": summary["fabric_state"],
+                "error": None}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "sysfs_root": {"type": "path", "default": "/sys"},
+            "management_interfaces": {"type": "list", "elements": "str", "default": []},
+            "detected_interfaces": {"type": "list", "elements": "str", "default": []},
+            "overrides": {"type": "dict", "default": {}},
+            "files": {"type": "list", "elements": "str"},
+            "units": {"type": "list", "elements": "str"},
+            "kernel_modules": {"type": "list", "elements": "str"},
+            "apt_packages": {"type": "list", "elements": "str", "default": []},
+            "extra_files": {"type": "list", "elements": "str", "default": []},
+            "nv_config": {"type": "bool", "default": True},
+            "roce_accl_roles": {"type": "list", "elements": "str", "default": ["compute"]},
+            "qos_roles": {"type": "list", "elements": "str", "default": ["compute"]},
+            "root": {"type": "path", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    sysfs_root = params["sysfs_root"]
+    try:
+        hardware = discover(sysfs_root, hostname=socket.gethostname(),
+                            management_interfaces=params["management_interfaces"],
+                            detected_interfaces=params["detected_interfaces"],
+                            overrides=params["overrides"], caller="host_state")
+    except DiscoveryError as exc:
+        module.fail_json(msg=str(exc), sysfs_root=sysfs_root)
+    notes = hardware.pop("warnings")
+    hardware["discovery_warnings"] = notes
+    for note in notes:
+        module.warn(note)
+
+    reader = Reader(module)
+    patterns = (params["files"] if params["files"] is not None else hs.DEFAULT_FILES) + params["extra_files"]
+    try:
+        files = hs.read_files(patterns, params["root"])
+    except ValueError as exc:
+        module.fail_json(msg=f"host_state: {exc}")
+    units = hs.unit_names(files, params["units"] if params["units"] is not None else hs.DEFAULT_UNITS)
+    packages, held = reader.packages()
+    nics = hardware["nics"]
+    blocks, nv_refused = reader.nv_config(
+        [n["pci_address"] for n in nics if n["role"] != "ignored"] if params["nv_config"] else [])
+    accl, accl_refused = reader.roce_accl(
+        [n["pci_address"] for n in nics if n["role"] in params["roce_accl_roles"]])
+    qos_nics = [n for n in nics if n["role"] in params["qos_roles"] and n.get("netdev")
+                and n.get("link_layer") == "Ethernet"
+                and os.path.isdir(os.path.join(sysfs_root, "class", "net", n["netdev"]))]
+    state = {
+        "hardware": hardware,
+        "files": files,
+        "units": reader.units(units),
+        "packages": packages,
+        "held": held,
+        "apt_candidates": reader.candidates(params["apt_packages"]),
+        "kernel_modules": hs.read_kernel_modules(
+            sysfs_root,
+            params["kernel_modules"] if params["kernel_modules"] is not None else hs.DEFAULT_KERNEL_MODULES),
+        "nv_config": {device: config_of(block) for device, block in blocks.items()},
+        "nv_config_blocks": blocks,
+        "nv_config_pending": {d: pending_params(b) for d, b in blocks.items() if pending_params(b)},
+        "nv_config_refused": nv_refused,
+        "roce_accl": accl,
+        "roce_accl_refused": accl_refused,
+        "vfs": {n["pci_address"]: {"numvfs": n.get("sriov_numvfs"), "totalvfs": n.get("sriov_totalvfs")}
+                for n in nics if n.get("sriov_totalvfs") is not None},
+        "qos": reader.qos(sysfs_root, qos_nics),
+        "gpu_driver": reader.gpu_driver(),
+        "tools": reader.tools,
+    }
+    module.exit_json(changed=False, host_state=state, discovery_warnings=notes)
+
+
+if __name__ == "__main__":
+    main()

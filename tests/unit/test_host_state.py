@@ -1,0 +1,240 @@
+"""host_state: the parsers (dpkg-query, apt-cache madison, systemctl show), the file digests, and the
+module's one read on a simulated host's sysfs tree and tools."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.modules import host_state
+from module_harness import ExitJson, FailJson, patch_exits, run_module
+
+simhost = pytest.importorskip("simhost")
+
+DPKG = (
+    "doca-ofed\t2.9.0-1\thold\tinstalled\n"
+    "mft\t4.30.0-139\thold\tinstalled\n"
+    "nvidia-driver-550-server\t550.127.08-0ubuntu1\tinstall\tinstalled\n"
+    "old-thing\t1.0\thold\tconfig-files\n"
+    "removed\t\tdeinstall\tnot-installed\n"
+)
+# apt-cache(8) madison, column-aligned as apt prints it.
+MADISON = (
+    " doca-ofed |    2.9.0-1 | file:/srv/gpunode-repo/doca ./ Packages\n"
+    " doca-ofed |    2.8.0-2 | file:/srv/gpunode-repo/doca ./ Packages\n"
+    " doca-ofed |    2.9.0-1 | file:/srv/gpunode-repo/doca ./ Sources\n"
+)
+SYSTEMCTL = (
+    "Id=openibd.service\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n\n"
+    "Id=kubelet.service\nLoadState=not-found\nActiveState=inactive\nUnitFileState=\n\n"
+    "Id=gpunode-sriov.service\nLoadState=masked\nActiveState=inactive\nUnitFileState=masked\n"
+)
+
+
+def test_dpkg_query_installed_versions_and_holds():
+    parsed = hs.parse_dpkg_query(DPKG)
+    assert parsed["packages"] == {"doca-ofed": "2.9.0-1", "mft": "4.30.0-139",
+                                  "nvidia-driver-550-server": "550.127.08-0ubuntu1"}
+    # A hold counts whatever the status (apt-mark showhold lists it too); a removed package is not installed.
+    assert parsed["held"] == ["doca-ofed", "mft", "old-thing"]
+
+
+def test_dpkg_query_unknown_line_is_an_error():
+    with pytest.raises(ParseError, match="line 2: expected 4 tab-separated fields"):
+        hs.parse_dpkg_query("a\t1\tinstall\tinstalled\nbroken line\n")
+
+
+def test_madison_versions_in_apt_order_without_repeats():
+    assert hs.parse_madison(MADISON) == {"doca-ofed": ["2.9.0-1", "2.8.0-2"]}
+    assert hs.parse_madison("") == {}
+    with pytest.raises(ParseError, match="package \\| version \\| source"):
+        hs.parse_madison("doca-ofed 2.9.0-1\n")
+
+
+def test_systemctl_show_blocks_in_order():
+    units = hs.parse_systemctl_show(SYSTEMCTL, ["openibd.service", "kubelet.service", "gpunode-sriov.service"])
+    assert units == {
+        "openibd.service": {"enabled": "enabled", "active": "active", "load": "loaded"},
+        "kubelet.service": {"enabled": "not-found", "active": "inactive", "load": "not-found"},
+        "gpunode-sriov.service": {"enabled": "masked", "active": "inactive", "load": "masked"},
+    }
+    with pytest.raises(ParseError, match="2 unit blocks expected, got 3"):
+        hs.parse_systemctl_show(SYSTEMCTL, ["a.service", "b.service"])
+
+
+def _tree(root):
+    (root / "etc/systemd/system/systemd-modules-load.service.d").mkdir(parents=True)
+    (root / "etc/systemd/system/gpunode-sriov.service").write_text("[Unit]\n")
+    (root / "etc/systemd/system/other.service").write_text("[Unit]\n")
+    (root / "etc/systemd/system/systemd-modules-load.service.d/gpunode-after-openibd.conf").write_text("x\n")
+    (root / "etc/gpunode/sub").mkdir(parents=True)
+    (root / "etc/gpunode/roce-accl.conf").write_text("accl\n")
+    (root / "etc/gpunode/sub/nested.json").write_text("{}\n")
+    os.chmod(root / "etc/gpunode/roce-accl.conf", 0o600)
+
+
+def test_read_files_digests_modes_and_globs(tmp_path):
+    _tree(tmp_path)
+    files = hs.read_files(hs.DEFAULT_FILES, str(tmp_path))
+    assert sorted(files) == [
+        "/etc/gpunode/roce-accl.conf",
+        "/etc/gpunode/sub/nested.json",
+        "/etc/systemd/system/gpunode-sriov.service",
+        "/etc/systemd/system/systemd-modules-load.service.d/gpunode-after-openibd.conf",
+    ]
+    entry = files["/etc/gpunode/roce-accl.conf"]
+    assert entry["sha256"] == hashlib.sha256(b"accl\n").hexdigest()
+    assert entry["mode"] == "0600"
+    assert entry["owner"] and entry["group"]
+    assert hs.unit_names(files, ["openibd.service"]) == ["gpunode-sriov.service", "openibd.service"]
+    with pytest.raises(ValueError, match="not an absolute path"):
+        hs.read_files(["etc/gpunode/*"], str(tmp_path))
+
+
+def test_kernel_modules_loaded_and_versions(tmp_path):
+    (tmp_path / "module/mlx5_core").mkdir(parents=True)
+    (tmp_path / "module/mlx5_core/version").write_text("24.10-1.1.4\n")
+    (tmp_path / "module/nvidia_peermem").mkdir(parents=True)
+    assert hs.read_kernel_modules(str(tmp_path), ["mlx5_core", "nvidia_peermem", "nvidia"]) == {
+        "mlx5_core": {"loaded": True, "version": "24.10-1.1.4"},
+        "nvidia_peermem": {"loaded": True, "version": None},
+        "nvidia": {"loaded": False, "version": None},
+    }
+
+
+# -- the module: one read on a simulated host ---------------------------------------------------------
+
+SIM_TOOLS = {"mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos"}
+
+
+@pytest.fixture
+def sim(tmp_path, monkeypatch):
+    host = simhost.make_host(tmp_path / "hgx", "hgx-h100")
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        tool = argv[0].rsplit("/", 1)[-1]
+        calls.append([tool, *argv[1:]])
+        if tool in SIM_TOOLS:
+            res = simhost.run_tool(host, tool, *argv[1:])
+            return res.rc, res.out, res.err
+        if tool == "dpkg-query":
+            return 0, DPKG, ""
+        if tool == "apt-cache" and argv[1] == "pkgnames":
+            names = "nvidia-driver-550-server\nnvidia-driver-550-server-open\n"
+            return 0, names if argv[2] == "nvidia-driver-" else "", ""
+        if tool == "apt-cache":
+            return 0, MADISON if "doca-ofed" in argv else "", ""
+        if tool == "systemctl":
+            units = argv[3:]
+            return 0, "\n".join(f"Id={u}\nLoadState=loaded\nActiveState=active\nUnitFileState=enabled\n"
+                                for u in units), ""
+        raise AssertionError(f"unexpected command {argv}")
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return None if name in ("nvidia-smi", "mstconfig") else f"/usr/bin/{name}"
+
+    patch_exits(monkeypatch)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+    files_root = tmp_path / "root"
+    _tree(files_root)
+    return {"host": host, "calls": calls, "files_root": files_root}
+
+
+def read(sim, **extra):
+    args = {"sysfs_root": str(sim["host"] / "sys"), "root": str(sim["files_root"]),
+            "apt_packages": ["doca-ofed"], **extra}
+    return run_module(host_state.main, args)
+
+
+def test_one_read_returns_every_part(sim):
+    result = read(sim)
+    state = result["host_state"]
+    assert result["changed"] is False
+    hw = state["hardware"]
+    assert [r["rail"] for r in hw["rails"]] == list(range(8))
+    rails = [r["pci_address"] for r in hw["rails"]]
+    assert state["packages"]["doca-ofed"] == "2.9.0-1" and "doca-ofed" in state["held"]
+    assert state["apt_candidates"] == {"doca-ofed": ["2.9.0-1", "2.8.0-2"]}
+    assert "/etc/systemd/system/gpunode-sriov.service" in state["files"]
+    assert state["units"]["gpunode-sriov.service"]["enabled"] == "enabled"
+    assert set(state["units"]) >= set(hs.DEFAULT_UNITS)
+    # NV config of every non-ignored NIC, as mlxconfig -e q prints it (default/current/next boot).
+    assert set(rails) <= set(state["nv_config"])
+    assert state["nv_config"][rails[0]]["SRIOV_EN"]["current"] is not None
+    assert state["nv_config_pending"] == {}
+    # ROCE_ACCL of the compute rails only.
+    assert sorted(state["roce_accl"]) == sorted(rails)
+    assert "adaptive_routing_forced_en" in state["roce_accl"][rails[0]]
+    # VF counts from sysfs; QoS of every Ethernet compute netdev.
+    nic0 = next(n for n in hw["nics"] if n["pci_address"] == rails[0])
+    assert state["vfs"][rails[0]] == {"numvfs": 0, "totalvfs": nic0["sriov_totalvfs"]}
+    ethernet = [n["netdev"] for n in hw["nics"] if n["role"] == "compute" and n["link_layer"] == "Ethernet"]
+    assert sorted(state["qos"]) == sorted(ethernet)
+    if ethernet:
+        assert set(state["qos"][ethernet[0]]) >= {"trust", "pfc", "ecn_np", "cnp_dscp", "roce_tos", "mtu"}
+    assert state["gpu_driver"] == {"loaded": False, "driver_version": None, "persistence_mode": None,
+                                   "fabric_state": None, "error": None}
+    assert state["tools"]["nvidia-smi"] is None
+    # One dpkg-query, one madison and one systemctl show per read, whatever the NIC count.
+    tools = [c[0] for c in sim["calls"]]
+    assert (tools.count("dpkg-query"), tools.count("apt-cache"), tools.count("systemctl")) == (1, 1, 1)
+
+
+def test_read_sees_a_pending_nv_config_and_a_vf_change(sim):
+    first = read(sim)["host_state"]
+    rail = first["hardware"]["rails"][0]["pci_address"]
+    res = simhost.run_tool(sim["host"], "mlxconfig", "-d", rail, "-y", "set", "NUM_OF_VFS=4")
+    assert res.rc == 0, res.err
+    numvfs = sim["host"] / "sys" / "bus" / "pci" / "devices" / rail / "sriov_numvfs"
+    numvfs.write_text("2\n")
+    again = read(sim)["host_state"]
+    assert again["nv_config_pending"] == {rail: ["NUM_OF_VFS"]}
+    assert again["nv_config"][rail]["NUM_OF_VFS"]["next_boot"] == "4"
+    assert again["vfs"][rail]["numvfs"] == 2
+
+
+def test_missing_vendor_tools_leave_their_parts_empty(sim, monkeypatch):
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None:
+                        f"/usr/bin/{name}" if name in ("dpkg-query", "systemctl") else None)
+    state = read(sim)["host_state"]
+    assert state["nv_config"] == {} and state["roce_accl"] == {} and state["qos"] == {}
+    assert state["apt_candidates"] == {}
+    assert state["tools"]["mlxconfig"] is None
+    assert state["hardware"]["rails"]
+
+
+def test_unreadable_package_database_fails_naming_it(sim, monkeypatch):
+    original = basic.AnsibleModule.run_command
+
+    def broken(self, argv, **kwargs):
+        if argv[0].endswith("dpkg-query"):
+            return 0, "garbage\n", ""
+        return original(self, argv, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", broken)
+    args = {"sysfs_root": str(sim["host"] / "sys"), "root": str(sim["files_root"])}
+    result = run_module(host_state.main, args, FailJson)
+    assert "cannot read the package database" in result["msg"]
+
+
+def test_apt_prefix_is_expanded_in_the_same_run(sim):
+    read(sim, apt_packages=["doca-ofed", "nvidia-driver-*"])
+    madison = [c for c in sim["calls"] if c[:2] == ["apt-cache", "madison"]]
+    assert madison == [["apt-cache", "madison", "doca-ofed", "nvidia-driver-550-server",
+                        "nvidia-driver-550-server-open"]]
+
+
+def test_check_mode_reads_the_same(sim):
+    assert read(sim, _ansible_check_mode=True)["host_state"]["nv_config"] == read(sim)["host_state"]["nv_config"]
+
+
+def test_bad_sysfs_root_fails(sim, tmp_path):
+    result = run_module(host_state.main, {"sysfs_root": str(tmp_path / "nope")}, FailJson)
+    assert result["msg"].startswith("host_state: ")
+    assert ExitJson is not None
