@@ -66,6 +66,15 @@ CONDITION_TYPES = (
     "GPUPersistenceModeOff", "PCIeLinkDegraded", "PCIeDeviceMissing", "RailLinkDown", "RailSpeedDegraded",
     "RailVFCountDrift", "RailRoceAcclDrift", "RailQoSDrift", "DStateProcess",
 )
+# The checks (a condition's ``check``) of each part ``node_health_read.observe`` reads.
+PART_CHECKS = {
+    "gpu": ("gpu_count", "gpu", "retired_pages", "ecc", "persistence", "fabric"),
+    "xid": ("xid",),
+    "pcie": ("pcie",),
+    "rail": ("rail",),
+    "drift": ("vfs", "roce_accl", "qos"),
+    "processes": ("processes",),
+}
 QOS_KEYS = ("trust", "pfc", "pfc_priorities", "ecn_np", "ecn_rp", "cnp_dscp", "roce_tos", "mtu")
 
 _ISO_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+[+-]\d\d:?\d\d ")
@@ -440,7 +449,17 @@ def evaluate(hw, observed, expect):
     rails in rail order and processes. ``hw`` is the discovery role's ``gpunode_hw`` fact,
     ``observed`` what ``node_health`` read, ``expect`` the declared values (``num_vfs``,
     ``roce_accl``, ``qos``, ``link_speed_gbps``, ``xids``, ``d_state_min_age_s``,
-    ``pcie_gpu_speed``); a declared value left out is not checked."""
-    return (_gpu_conditions(hw, observed, expect) + _xid_conditions(hw, observed, expect)
-            + _pcie_conditions(hw, observed, expect) + _rail_conditions(hw, observed, expect)
-            + _process_conditions(observed, expect))
+    ``pcie_gpu_speed``); a declared value left out is not checked. Only the parts ``observed``
+    holds are checked (``nvidia_smi``, ``kernel_log``, ``pcie``, ``rails``, ``processes``)."""
+    out = []
+    if "nvidia_smi" in observed:
+        out += _gpu_conditions(hw, observed, expect)
+    if "kernel_log" in observed:
+        out += _xid_conditions(hw, observed, expect)
+    if "pcie" in observed:
+        out += _pcie_conditions(hw, observed, expect)
+    if "rails" in observed:
+        out += _rail_conditions(hw, observed, expect)
+    if "processes" in observed:
+        out += _process_conditions(observed, expect)
+    return out
