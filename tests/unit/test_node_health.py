@@ -10,17 +10,14 @@ adaptive routing on, DSCP trust and PFC on priority 3). The module's ``nvidia-sm
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, nvidia_smi
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_health as module
 from module_harness import ExitJson, FailJson, patch_exits, run_module
-from simhost import make_host, run_tool, state
+from simhost import day_two_host, run_tool, state, tool_bin
 
 from gpunode.sim import hwstate
 
@@ -151,29 +148,11 @@ def test_gpu_missing_from_nvidia_smi_names_it():
 @pytest.fixture
 def host(tmp_path, monkeypatch):
     """A converged simulated HGX H100 (4 NVSwitches) with the tools on PATH; returns (dir, hw)."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for tool in TOOLS:
-        script = bindir / tool
-        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO / 'src')!r})\n"
-                          f"from gpunode.sim.tools.main import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
-        script.chmod(0o755)
-    hdir = make_host(tmp_path / "host", "hgx-h100")
+    bindir = tool_bin(tmp_path / "bin", TOOLS)
+    hdir, hw = day_two_host(tmp_path / "host", "hgx-h100", DRIVER, pfc=PFC)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     monkeypatch.setenv("GPUNODE_SIM_STATE", str(hdir))
     monkeypatch.setenv("GPUNODE_SIM_NVIDIA_USERSPACE", str(tmp_path / "no-userspace-file"))
-    hw = classify(read_sysfs(hdir / "sys"))
-    hw["fabric_manager_required"] = bool(hw["nvswitches"])
-    host_state = state(hdir)
-    host_state.load_module("nvidia", DRIVER)
-    host_state.set_gpu_runtime(fabric_state="Completed", fabric_status="Success", persistence_mode=True)
-    for rail in hw["rails"]:
-        (hdir / "sys" / "bus" / "pci" / "devices" / rail["pci_address"] / "sriov_numvfs").write_text("8\n")
-        assert run_tool(hdir, "mlxreg", "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--set",
-                        "adaptive_routing_forced_en=1", "--yes").rc == 0
-        assert run_tool(hdir, "mlnx_qos", "-i", rail["netdev"], "--trust", "dscp",
-                        "--pfc", ",".join(map(str, PFC))).rc == 0
-    hwstate.proc_table(hdir)
     patch_exits(monkeypatch)
     return hdir, hw
 

@@ -14,10 +14,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 from local_play import run_play
-from simhost import make_host, run_tool, state
+from simhost import day_two_host, state, tool_bin
 
 from gpunode.sim import hwstate
 
@@ -30,24 +28,8 @@ PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("npd")
-    bindir = root / "bin"
-    bindir.mkdir()
-    for tool in TOOLS:
-        script = bindir / tool
-        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO / 'src')!r})\n"
-                          f"from gpunode.sim.tools.main import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
-        script.chmod(0o755)
-    hdir = make_host(root / "host", "hgx-h100")
-    hw = classify(read_sysfs(hdir / "sys"))
-    hw["fabric_manager_required"] = bool(hw["nvswitches"])
-    host_state = state(hdir)
-    host_state.load_module("nvidia", "570.172.08")
-    host_state.set_gpu_runtime(fabric_state="Completed", fabric_status="Success", persistence_mode=True)
-    for rail in hw["rails"]:
-        (hdir / "sys" / "bus" / "pci" / "devices" / rail["pci_address"] / "sriov_numvfs").write_text("8\n")
-        assert run_tool(hdir, "mlxreg", "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--set",
-                        "adaptive_routing_forced_en=1", "--yes").rc == 0
-    hwstate.proc_table(hdir)
+    bindir = tool_bin(root / "bin", TOOLS)
+    hdir, hw = day_two_host(root / "host", "hgx-h100")
     host_vars = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpunode_hw": hw,
         "sriov_compute_num_vfs": 8,
