@@ -153,24 +153,13 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, mlxreg, nvidia_smi, rdma_tools
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, node_reads, nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, verdict
 
-
-def _run(module, argv):
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-    return rc, out, err
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
+_run = node_reads.run
 
 
 def _nvidia_smi(module):
@@ -206,36 +195,6 @@ def _fabric_manager_version(module):
     return None
 
 
-def _qos(module, root, netdev, rdma_device):
-    qos = {}
-    binary = module.get_bin_path("mlnx_qos")
-    if not binary:
-        return {"error": "mlnx_qos not installed"}
-    rc, out, err = _run(module, [binary, "-i", netdev])
-    if rc != 0:
-        return {"error": f"mlnx_qos -i {netdev}: exit status {rc}: {(err or out).strip()}"}
-    try:
-        parsed = rdma_tools.parse_mlnx_qos(out)
-    except ParseError as exc:
-        return {"error": str(exc)}
-    qos["trust"] = parsed["trust"]
-    qos["pfc"] = (parsed["pfc"] or {}).get("enabled")
-    qos["pfc_priorities"] = parsed["pfc_priorities"]
-    base = os.path.join(root, "class", "net", netdev)
-    for side, key in (("roce_np", "ecn_np"), ("roce_rp", "ecn_rp")):
-        qos[key] = [p for p in range(8) if _read(os.path.join(base, "ecn", side, "enable", str(p))) == "1"]
-    cnp = _read(os.path.join(base, "ecn", "roce_np", "cnp_dscp"))
-    qos["cnp_dscp"] = int(cnp) if cnp and cnp.isdigit() else None
-    mtu = _read(os.path.join(base, "mtu"))
-    qos["mtu"] = int(mtu) if mtu and mtu.isdigit() else None
-    tclass = _read(os.path.join(root, "class", "infiniband", rdma_device or "-", "tc", "1", "traffic_class"))
-    try:
-        qos["roce_tos"] = rdma_tools.read_traffic_class(tclass)
-    except ParseError:
-        qos["roce_tos"] = None
-    return qos
-
-
 def observe(module, root, hw, expect):
     """Read everything the checks need, for the rails discovery found."""
     observed = {"nvidia_smi": _nvidia_smi(module), "modules": {
@@ -266,21 +225,10 @@ def observe(module, root, hw, expect):
                     k: {c: (v.get(c) or {}).get("raw") for c in ("current", "next_boot")}
                     for k, v in parsed["devices"][0]["params"].items()}}
     if expect.get("roce_accl"):
-        binary = module.get_bin_path("mlxreg")
-        observed["roce_accl"] = {}
-        for rail in rails:
-            if not binary:
-                observed["roce_accl"][rail["pci_address"]] = {"error": "mlxreg not installed"}
-                continue
-            rc, out, err = _run(module, [binary, "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--get"])
-            try:
-                parsed = mlxreg.parse_get(out)
-            except ParseError as exc:
-                parsed = {"fields": {}, "errors": [f"exit status {rc}: {(err or str(exc)).strip()}"]}
-            observed["roce_accl"][rail["pci_address"]] = (
-                {"error": "; ".join(parsed["errors"])} if parsed["errors"] else {"fields": parsed["fields"]})
+        observed["roce_accl"] = {rail["pci_address"]: node_reads.read_roce_accl(module, rail["pci_address"])
+                                 for rail in rails}
     if expect.get("qos"):
-        observed["qos"] = {rail["netdev"]: _qos(module, root, rail["netdev"], rail.get("rdma_device"))
+        observed["qos"] = {rail["netdev"]: node_reads.read_qos(module, root, rail["netdev"], rail.get("rdma_device"))
                            for rail in rails if rail.get("netdev") and rail.get("link_layer") != "InfiniBand"}
     return observed
 

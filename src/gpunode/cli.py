@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gpunode.hook.config import ConfigError, load_config
 from gpunode.report.model import ReportInputError
-from gpunode.sim import fleet, image, repo
+from gpunode.sim import fleet, hwstate, image, repo
 from gpunode.sim.podman import PodmanError
 from gpunode.sim.profile import ProfileError, list_profiles, load_profile
 from gpunode.sim.sysfs import materialize
@@ -49,9 +49,14 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     flt = cmds.add_parser("fault", help="set or clear a fault flag: gpunode sim fault dgx01 link_down 0000:18:00.0")
     flt.add_argument("host", help="the simulated host")
-    flt.add_argument("kind", choices=["mlxconfig_reject", "not_sticky", "link_down"], help="the fault")
-    flt.add_argument("address", help="the NIC function's PCI address")
-    flt.add_argument("params", nargs="*", help="not_sticky: the NV config parameters that do not stick")
+    flt.add_argument("kind", choices=[*hwstate.FAULT_KINDS, *hwstate.HEALTH_FAULTS, *hwstate.RUNTIME_FAULTS],
+                     help="the fault (day two: xid, retired_page_pending, rail_rate, pcie_width are flags; "
+                          "adaptive_routing, vf_reset, dstate change volatile state once)")
+    flt.add_argument("address", help="the NIC function's or GPU's PCI address; dstate: the stuck command")
+    flt.add_argument("params", nargs="*",
+                     help="not_sticky: the NV config parameters that do not stick; xid: Xid numbers (48, 63, 79, "
+                          "94); rail_rate: Gb/s; pcie_width: lanes; adaptive_routing: 0 or 1 (default: flip); "
+                          "dstate: seconds in D state (default 600)")
     flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"),

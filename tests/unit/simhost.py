@@ -56,3 +56,43 @@ def run_tool(root: Path, tool: str, *argv: str, stdin: str = "", userspace: Path
 
 def state(root: Path) -> HostState:
     return HostState(root)
+
+
+def tool_bin(bindir: Path, tools) -> Path:
+    """Wrapper scripts in ``bindir`` that run the simulated ``tools`` as executables, as the wrappers
+    inside a simulated host do, for code that finds its tools on PATH; returns ``bindir``.
+    ``GPUNODE_SIM_STATE`` in the caller's environment selects the host."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for tool in tools:
+        script = bindir / tool
+        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(src)!r})\n"
+                          f"from gpunode.sim.tools.main import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
+        script.chmod(0o755)
+    return bindir
+
+
+def day_two_host(path: Path, profile: str = "hgx-h100", driver: str = "570.172.08", num_vfs: int = 8,
+                 pfc: list[int] | None = None) -> tuple[Path, dict]:
+    """A host as the pipeline leaves it, for the day-two checks: the NVIDIA driver loaded, persistence
+    on, fabric Completed, ``num_vfs`` VFs and adaptive routing on every rail (with ``pfc``: DSCP trust
+    and that PFC), an empty simulated process table. Returns ``(state dir, discovery result)``."""
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify  # noqa: PLC0415 - only the day-two tests need it
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs  # noqa: PLC0415 - as above
+
+    hdir = make_host(path, profile)
+    hw = classify(read_sysfs(hdir / "sys"))
+    hw["fabric_manager_required"] = bool(hw["nvswitches"])
+    host_state = state(hdir)
+    host_state.load_module("nvidia", driver)
+    host_state.set_gpu_runtime(fabric_state="Completed", fabric_status="Success", persistence_mode=True)
+    for rail in hw["rails"]:
+        (hdir / "sys" / "bus" / "pci" / "devices" / rail["pci_address"] / "sriov_numvfs").write_text(f"{num_vfs}\n")
+        done = run_tool(hdir, "mlxreg", "-d", rail["pci_address"], "--reg_name", "ROCE_ACCL", "--set",
+                        "adaptive_routing_forced_en=1", "--yes")
+        assert done.rc == 0, done.err
+        if pfc is not None:
+            done = run_tool(hdir, "mlnx_qos", "-i", rail["netdev"], "--trust", "dscp", "--pfc", ",".join(map(str, pfc)))
+            assert done.rc == 0, done.err
+    hwstate.proc_table(hdir)
+    return hdir, hw

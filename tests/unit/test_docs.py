@@ -25,6 +25,7 @@ PLUGINS = [
     ("filter", "firmware_contract"),
     ("module", "sriov_vfs"),
     ("module", "roce_qos"),
+    ("module", "node_health"),
     ("filter", "rail_map"),
     ("filter", "interfaces_with_address"),
     ("filter", "cluster_objects"),

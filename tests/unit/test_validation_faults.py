@@ -17,7 +17,6 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import validati
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 from local_play import free_port_block  # tests/unit is on sys.path (rootdir-relative import mode)
+from simhost import tool_bin
 
 from gpunode.sim import fleet, hwstate
 from gpunode.sim.tools.state import HostState
@@ -68,13 +68,7 @@ class Runner:
 def fleet_dir(tmp_path_factory):
     """The converged three-host fleet (a fresh one per test module)."""
     root = tmp_path_factory.mktemp("vf")
-    bindir = root / "bin"
-    bindir.mkdir()
-    for tool in TOOLS:
-        script = bindir / tool
-        script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO / 'src')!r})\n"
-                          f"from gpunode.sim.tools.main import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
-        script.chmod(0o755)
+    bindir = tool_bin(root / "bin", TOOLS)
     # The real dpkg-query, reading a package database where the fabric manager is installed.
     admindir = root / "dpkg"
     (admindir / "info").mkdir(parents=True)

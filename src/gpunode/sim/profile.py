@@ -289,9 +289,10 @@ class _Validator:
         if out["faults"]:
             from gpunode.sim.hwstate import HwStateError, check_faults  # noqa: PLC0415 - hwstate imports this module
 
-            nics = {r["address"] for r in iter_devices(out, self.catalog) if r["kind"] == "nic"}
+            records = list(iter_devices(out, self.catalog))
+            nics = {r["address"] for r in records if r["kind"] == "nic"}
             try:
-                check_faults(out["faults"], nics, "faults")
+                check_faults(out["faults"], nics, "faults", {r["address"] for r in records if r["kind"] == "gpu"})
             except HwStateError as exc:
                 raise self.fail("faults", str(exc).removeprefix("faults").lstrip(".: ")) from None
         return out

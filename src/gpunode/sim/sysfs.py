@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpunode.sim.profile import BOND_MODES, DEFAULT_MTU, NIC_CLASS, iter_devices
+from gpunode.sim.profile import BOND_MODES, DEFAULT_MTU, NIC_CLASS, iter_devices, rate_for
 from gpunode.sim.tools import nvconfig
 
 MARKER = ".gpunode-sim"
@@ -125,7 +125,9 @@ class _Tree:
         _put(d / "numa_node", rec["numa_node"])
         for prefix in ("current", "max"):
             _put(d / f"{prefix}_link_speed", rec["pcie_link_speed"])
-            _put(d / f"{prefix}_link_width", rec["pcie_link_width"])
+        # A pcie_width fault trains the link narrower than the device can (apply_hw).
+        _put(d / "current_link_width", rec.get("pcie_current_link_width", rec["pcie_link_width"]))
+        _put(d / "max_link_width", rec["pcie_link_width"])
         _put(d / "enable", 1)
         _link(self.bus_devices / rec["address"], d)
         _link(d / "subsystem", self.root / "bus" / "pci")
@@ -303,11 +305,18 @@ def apply_hw(records: list[dict[str, Any]], hw: dict[str, Any],
     - ``sriov_totalvfs`` is the card's current NUM_OF_VFS (0 when SRIOV_EN is off);
     - the link layer (and with it the PCI class, netdev name and default MTU) follows the current
       LINK_TYPE_P<function+1>; bond slaves keep their names;
-    - a ``link_down`` fault brings the port up DOWN/Disabled.
+    - a ``link_down`` fault brings the port up DOWN/Disabled;
+    - a ``rail_rate`` fault trains the port at that rate, a ``pcie_width`` fault the PCIe link
+      (GPU or NIC) at that width.
     """
-    link_down = set(hw.get("faults", {}).get("link_down", []))
+    faults = hw.get("faults", {})
+    link_down = set(faults.get("link_down", []))
+    rates = faults.get("rail_rate") or {}
+    widths = faults.get("pcie_width") or {}
     out = []
     for rec in records:
+        if rec["address"] in widths:
+            rec = {**rec, "pcie_current_link_width": widths[rec["address"]]}
         card = hw.get("cards", {}).get(rec.get("slot")) if rec["kind"] == "nic" else None
         if card is None:
             out.append(rec)
@@ -326,6 +335,9 @@ def apply_hw(records: list[dict[str, Any]], hw: dict[str, Any],
             rec["class"] = NIC_CLASS[layer]
         if rec["address"] in link_down:
             rec["link"] = "down"
+        if rec["address"] in rates:
+            rec["speed_gbps"] = rates[rec["address"]]
+            rec["rate"] = rate_for(rec["speed_gbps"])
         out.append(rec)
     return out
 

@@ -108,6 +108,32 @@ def _q_lines(items: list[tuple[int, str, object]]) -> list[str]:
     return out
 
 
+def _memory_health(state: HostState, address: str) -> list[tuple[int, str, object]]:
+    """``ECC Errors``, ``Retired Pages`` and ``Remapped Rows`` of one GPU as an H100 on driver 535
+    prints them (real-outputs-day-two/nvidia-smi-q-full-h100-hgx-gpud-535.161.08.txt): retired
+    pages are N/A (Hopper remaps rows). Faults: an ``xid`` 48 (double bit error) counts one volatile
+    and aggregate DRAM uncorrectable error; ``retired_page_pending`` is an uncorrectable error whose
+    row remap waits for a GPU reset (Uncorrectable Error 1, Pending Yes)."""
+    faults = state.faults() or {}
+    dbe = 1 if 48 in (faults.get("xid") or {}).get(address, []) else 0
+    pending = address in (faults.get("retired_page_pending") or [])
+    ecc = [(3, "SRAM Correctable", 0), (3, "SRAM Uncorrectable Parity", 0), (3, "SRAM Uncorrectable SEC-DED", 0),
+           (3, "DRAM Correctable", 0), (3, "DRAM Uncorrectable", dbe)]
+    return [
+        (1, "ECC Errors", None), (2, "Volatile", None), *ecc, (2, "Aggregate", None), *ecc,
+        (3, "SRAM Threshold Exceeded", "No"),
+        (2, "Aggregate Uncorrectable SRAM Sources", None), (3, "SRAM L2", 0), (3, "SRAM SM", 0),
+        (3, "SRAM Microcontroller", 0), (3, "SRAM PCIE", 0), (3, "SRAM Other", 0),
+        (1, "Retired Pages", None), (2, "Single Bit ECC", "N/A"), (2, "Double Bit ECC", "N/A"),
+        (2, "Pending Page Blacklist", "N/A"),
+        (1, "Remapped Rows", None), (2, "Correctable Error", 0), (2, "Uncorrectable Error", int(pending)),
+        (2, "Pending", "Yes" if pending else "No"), (2, "Remapping Failure Occurred", "No"),
+        (2, "Bank Remap Availability Histogram", None), (3, "Max", f"{2560 - int(pending)} bank(s)"),
+        (3, "High", f"{int(pending)} bank(s)"), (3, "Partial", "0 bank(s)"), (3, "Low", "0 bank(s)"),
+        (3, "None", "0 bank(s)"),
+    ]
+
+
 def query(state: HostState, driver: str) -> str:
     gpus = _gpus(state)
     fabric_state, fabric_status = state.fabric_state()
@@ -147,6 +173,7 @@ def query(state: HostState, driver: str) -> str:
             (2, "Used", "0 MiB"), (2, "Free", f"{gpu.memory - 551} MiB"),
             (1, "Compute Mode", "Default"),
             (1, "ECC Mode", None), (2, "Current", "Enabled"), (2, "Pending", "Enabled"),
+            *_memory_health(state, rec["address"]),
             (1, "Temperature", None), (2, "GPU Current Temp", f"{27 + gpu.index % 4} C"),
             (1, "GPU Power Readings", None), (2, "Power Draw", f"{70 + gpu.index % 5}.00 W"),
             (2, "Current Power Limit", f"{gpu.power_cap}.00 W"),

@@ -1,0 +1,154 @@
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What ``node_health`` reads, in one pass (the evaluation is ``node_health.evaluate``).
+
+``observe(runner, sysfs_root, proc_root, hw, expect)`` needs from ``runner`` only what an
+AnsibleModule offers: ``get_bin_path(name)`` and ``run_command(argv, environ_update=...)``, so the
+Node Problem Detector check script (roles/node_problem_detector) runs the same reads with a small
+subprocess runner. Tools: ``nvidia-smi -q`` and ``dmesg --time-format=iso`` once per host,
+``mlxreg`` and ``mlnx_qos`` once per rail when their values are declared; the rest is sysfs and
+procfs. Reads have no side effects.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads, nvidia_smi
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import parse_rate, parse_state
+
+
+class HealthReadError(Exception):
+    """A file or output of a format the module does not know: the message names it."""
+
+
+def _nvidia_smi(module):
+    binary = module.get_bin_path("nvidia-smi")
+    if not binary:
+        return {"error": "not installed (no nvidia-smi on PATH)"}
+    rc, out, err = node_reads.run(module, [binary, "-q"])
+    if rc != 0:
+        return {"error": f"exit status {rc}: {(err or out).strip()}"}
+    try:
+        _header, sections = nvidia_smi.parse_query_tree(out)
+        return {"gpus": {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
+                         for bus, fields in sections}}
+    except ParseError as exc:
+        raise HealthReadError(str(exc)) from None
+
+
+def _kernel_log(module):
+    binary = module.get_bin_path("dmesg")
+    if not binary:
+        return {"error": "no dmesg on PATH"}
+    rc, out, err = node_reads.run(module, [binary, "--time-format=iso"])
+    if rc != 0:
+        return {"error": f"dmesg --time-format=iso: exit status {rc}: {(err or out).strip()}"}
+    try:
+        return {"xids": node_health.parse_kernel_log(out)}
+    except ParseError as exc:
+        raise HealthReadError(str(exc)) from None
+
+
+def _pcie(root, addresses):
+    out = {}
+    for pci in addresses:
+        base = os.path.join(root, "bus", "pci", "devices", pci)
+        if not os.path.isdir(base):
+            out[pci] = {"missing": f"{root}/bus/pci/devices"}
+            continue
+        link = {}
+        for key, name, parse in (("current_speed_gts", "current_link_speed", node_health.parse_link_speed),
+                                 ("max_speed_gts", "max_link_speed", node_health.parse_link_speed),
+                                 ("current_width", "current_link_width", node_health.parse_link_width),
+                                 ("max_width", "max_link_width", node_health.parse_link_width)):
+            path = os.path.join(base, name)
+            text = node_reads.read_text(path)
+            if text is None:  # no PCIe capability (or a kernel without the file): nothing to compare
+                link[key] = None
+                continue
+            try:
+                link[key] = parse(text, path)
+            except ParseError as exc:
+                raise HealthReadError(str(exc)) from None
+        out[pci] = link
+    return out
+
+
+def _rails(root, rails):
+    out = {}
+    for rail in rails:
+        pci = rail["pci_address"]
+        port = os.path.join(root, "class", "infiniband", rail.get("rdma_device") or "-", "ports", "1")
+        state_text = node_reads.read_text(os.path.join(port, "state"))
+        if state_text is None:
+            out[pci] = {"error": f"RDMA port {rail.get('rdma_device')} is gone ({port}/state unreadable)"}
+            continue
+        _num, state = parse_state(state_text)
+        rate, _width, _name = parse_rate(node_reads.read_text(os.path.join(port, "rate")))
+        numvfs = node_reads.read_text(os.path.join(root, "bus", "pci", "devices", pci, "sriov_numvfs"))
+        out[pci] = {"state": state, "rate_gbps": rate,
+                    "sriov_numvfs": int(numvfs) if numvfs and numvfs.isdigit() else None}
+    return out
+
+
+def _processes(proc_root):
+    uptime_path = os.path.join(proc_root, "uptime")
+    text = node_reads.read_text(uptime_path)
+    if text is None:
+        raise HealthReadError(f"{uptime_path}: cannot be read (is proc_root a proc filesystem?)")
+    try:
+        uptime = node_health.parse_uptime(text)
+    except ParseError as exc:
+        raise HealthReadError(str(exc)) from None
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = []
+    for name in sorted((n for n in os.listdir(proc_root) if n.isdigit()), key=int):
+        stat = node_reads.read_text(os.path.join(proc_root, name, "stat"))
+        if stat is None:  # the process ended between listdir and read
+            continue
+        try:
+            parsed = node_health.parse_proc_stat(stat)
+        except ParseError as exc:
+            raise HealthReadError(f"{proc_root}/{name}/stat: {exc}") from None
+        if parsed["state"] != "D":
+            continue
+        cmdline = node_reads.read_text(os.path.join(proc_root, name, "cmdline"))
+        cmd = " ".join(p for p in (cmdline or "").split("\0") if p) or f"[{parsed['comm']}]"
+        found.append({"pid": parsed["pid"], "cmd": cmd,
+                      "age_s": round(max(0.0, uptime - parsed["starttime_ticks"] / ticks), 1)})
+    return {"d_state": found}
+
+
+PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")
+
+
+def observe(module, root, proc_root, hw, expect, parts=PARTS):
+    """Read everything the checks of ``parts`` need (one pass; tools run once per host or once per
+    rail). ``observed`` has a key only for what was read, and ``node_health.evaluate`` checks only
+    what is there: ``nvidia_smi`` (gpu), ``kernel_log`` (xid), ``pcie``, ``rails`` (rail, drift),
+    ``roce_accl`` and ``qos`` (drift, when declared), ``processes``."""
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise HealthReadError(f"unknown checks {', '.join(unknown)} (known: {', '.join(PARTS)})")
+    rails = hw.get("rails") or []
+    observed = {}
+    if "gpu" in parts:
+        observed["nvidia_smi"] = _nvidia_smi(module) if hw.get("gpus") else {"gpus": {}}
+    if "xid" in parts:
+        observed["kernel_log"] = _kernel_log(module) if hw.get("gpus") else {"xids": []}
+    if "pcie" in parts:
+        observed["pcie"] = _pcie(root, [g["pci_address"] for g in hw.get("gpus") or []]
+                                 + [r["pci_address"] for r in rails])
+    if "rail" in parts or "drift" in parts:
+        observed["rails"] = _rails(root, rails)
+    if "drift" in parts and expect.get("roce_accl"):
+        observed["roce_accl"] = {r["pci_address"]: node_reads.read_roce_accl(module, r["pci_address"]) for r in rails}
+    if "drift" in parts and expect.get("qos"):
+        observed["qos"] = {r["netdev"]: node_reads.read_qos(module, root, r["netdev"], r.get("rdma_device"))
+                           for r in rails if r.get("netdev") and r.get("link_layer") != "InfiniBand"}
+    if "processes" in parts:
+        observed["processes"] = _processes(proc_root)
+    return observed
