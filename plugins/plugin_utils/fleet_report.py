@@ -123,25 +123,24 @@ def load_inputs(directory: Path) -> dict:
 
 
 def _value_key(value):
-    """A hashable key equal for equal contract values: scalars as themselves (with their type, so 1,
-    True and "1" differ), lists and mappings by their JSON spelling."""
+    """A hashable key equal for equal contract values, as their JSON spellings are: scalars with
+    their type (1, True and "1" differ), lists and mappings item by item (mappings by sorted key)."""
     if value is None or isinstance(value, (str, int, float)):
-        return (type(value).__name__, value)
-    return ("json", json.dumps(value, sort_keys=True))
+        return (type(value), value)
+    if isinstance(value, (list, tuple)):
+        if not any(isinstance(v, (dict, list, tuple)) for v in value):
+            return (list, repr(list(value)))  # flat: repr keeps 1, 1.0, True and "1" apart, as JSON does
+        return (list, tuple(_value_key(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((str(k), _value_key(v)) for k, v in value.items())))
+    return (str, json.dumps(value, sort_keys=True, default=str))
 
 
-def _majority(values: list):
-    """The most common value (ties: the smallest JSON spelling, so the result is stable)."""
-    counts: dict = {}
-    first: dict = {}
-    for value in values:
-        key = _value_key(value)
-        counts[key] = counts.get(key, 0) + 1
-        first.setdefault(key, value)
+def _majority_key(counts: dict, first: dict):
+    """The key of the most common value (ties: the smallest JSON spelling, so the result is stable)."""
     if len(counts) == 1:
-        return next(iter(first.values()))
-    best = min(counts, key=lambda k: (-counts[k], json.dumps(first[k], sort_keys=True)))
-    return first[best]
+        return next(iter(counts))
+    return min(counts, key=lambda k: (-counts[k], json.dumps(first[k], sort_keys=True, default=str)))
 
 
 # The order the stages run in playbooks/site.yml; a contract of another source sorts after them.
@@ -166,11 +165,6 @@ def stage_groups(columns: list) -> list[dict]:
         groups.setdefault(stage_of(column), []).append(column)
     return [{"stage": stage, "columns": cols, "labels": [c.split(".", 1)[1] if "." in c else c for c in cols]}
             for stage, cols in sorted(groups.items(), key=lambda kv: _stage_rank(kv[0]))]
-
-
-def _rail_order(entry: dict):
-    rail = entry.get("rail")
-    return (rail is None, rail or 0)
 
 
 def contract_table(hosts: dict) -> dict:
@@ -210,36 +204,49 @@ def contract_table(hosts: dict) -> dict:
         drift = []
         expected_of, drifting = {}, {}
         for column, observed in sorted(fabric["observed"].items()):
-            expected = expected_of[column] = _majority([e.get("value") for entries in observed.values()
-                                                        for e in entries])
-            expected_key = _value_key(expected)
+            # each value's key once; the majority from their counts
+            counts: dict = {}
+            first: dict = {}
+            keyed_hosts = {}
+            for host_name, entries in observed.items():
+                # entries stay in the order the host published them (the roles publish rails in order)
+                keyed = keyed_hosts[host_name] = [(_value_key(e.get("value")), e) for e in entries]
+                for key, entry in keyed:
+                    count = counts.get(key)
+                    if count is None:
+                        counts[key] = 1
+                        first[key] = entry.get("value")
+                    else:
+                        counts[key] = count + 1
+            expected_key = _majority_key(counts, first)
+            expected = expected_of[column] = first[expected_key]
             first_finding = len(drift)
             for host_name in fabric["hosts"]:
-                entries = observed.get(host_name)
-                if not entries:
+                keyed = keyed_hosts.get(host_name)
+                if not keyed:
                     cells[host_name][column] = {"value": None, "rails": {}, "expected": expected, "drift": True,
                                                 "missing": True}
                     drift.append({"host": host_name, "column": column, "rail": None, "pci_address": None,
                                   "netdev": None, "expected": expected, "found": None})
                     continue
-                if len(entries) > 1:
-                    entries = sorted(entries, key=_rail_order)
                 rails = {}
                 bad = False
-                keys = set()
-                for entry in entries:
+                same = True
+                first_key = keyed[0][0]
+                for key, entry in keyed:
                     value = entry.get("value")
-                    if entry.get("rail") is not None:
-                        rails[entry["rail"]] = value
-                    key = _value_key(value)
-                    keys.add(key)
+                    rail = entry.get("rail")
+                    if rail is not None:
+                        rails[rail] = value
+                    if key != first_key:
+                        same = False
                     if key != expected_key:
                         bad = True
-                        drift.append({"host": host_name, "column": column, "rail": entry.get("rail"),
+                        drift.append({"host": host_name, "column": column, "rail": rail,
                                       "pci_address": entry.get("pci_address"), "netdev": entry.get("netdev"),
                                       "expected": expected, "found": value})
                 cells[host_name][column] = {
-                    "value": entries[0].get("value") if len(keys) == 1 else None,
+                    "value": keyed[0][1].get("value") if same else None,
                     "rails": rails, "expected": expected, "drift": bad, "missing": False,
                 }
             drifting[column] = list(dict.fromkeys(d["host"] for d in drift[first_finding:]))
@@ -497,6 +504,10 @@ def value_text(value) -> str:
         return "-"
     if isinstance(value, str):
         return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and value == value and abs(value) != float("inf")):
+        return repr(value)  # as JSON spells it
     return json.dumps(value, sort_keys=True)
 
 
@@ -650,5 +661,5 @@ def write_report(input_dir: Path, output_dir: Path) -> dict[str, tuple[Path, boo
     output_dir.mkdir(parents=True, exist_ok=True)
     texts = render(report)
     # One line: the C encoder (indent= would take the pure-Python one, several times slower).
-    texts["report.json"] = json.dumps(report, sort_keys=True, default=str) + "\n"
+    texts["report.json"] = json.dumps(report, default=str) + "\n"  # keys in the model's own (stable) order
     return {name: (output_dir / name, _write_if_changed(output_dir / name, text)) for name, text in texts.items()}
