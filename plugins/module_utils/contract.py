@@ -13,6 +13,7 @@ another one is reported as absent there.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import Counter
@@ -45,7 +46,11 @@ def check_entry(entry):
 
 
 def _key(value):
-    return json.dumps(value, sort_keys=True, default=str)
+    """Equal for values whose JSON spellings are equal: scalars with their type (1, 1.0, True and
+    "1" differ, as in JSON), anything else by its JSON spelling."""
+    if value is None or isinstance(value, (str, int, float)):
+        return (type(value), value)
+    return (list, json.dumps(value, sort_keys=True, default=str))
 
 
 def _observations(hosts, host_order):
@@ -99,6 +104,10 @@ def compare(hosts, host_order=None):
         observed = _observations({h: hosts[h] for h in members}, members)
         for (scope, setting), observations in sorted(observed.items()):
             keys = [None if o["absent"] else _key(o["value"]) for o in observations]
+            value_of = {}
+            for i, k in enumerate(keys):
+                if k is not None and k not in value_of:
+                    value_of[k] = observations[i]["value"]
             counts = Counter(k for k in keys if k is not None)
             if not counts:
                 continue
@@ -110,7 +119,7 @@ def compare(hosts, host_order=None):
                 summary["ties"].append(setting)
             else:
                 (expected_key,) = tied
-            expected = json.loads(expected_key)
+            expected = copy.deepcopy(value_of[expected_key])
             summary["expected"][setting] = expected
             for i, o in enumerate(observations):
                 if keys[i] != expected_key:

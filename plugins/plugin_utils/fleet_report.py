@@ -417,7 +417,8 @@ def collection_info() -> dict:
 def bandwidth_matrix(host_views: list[dict]) -> dict:
     """Every ``ib_write_bw`` test once, as client -> server rows and rail columns: ``{"rails": [rail],
     "rows": [{"client", "server", "cells": {rail: {"gbps", "line_rate_gbps", "threshold_pct", "pct",
-    "status", "failed_side", "reason"}}}]}``. A test is reported by both of its hosts (``side``); the
+    "status", "failed_side", "reason"}}}], "failed": [{"client", "server", "rail", "cell"}]}``. A test
+    is reported by both of its hosts (``side``); the
     client's entry is used, the server's only when the client is not in the report. A pair entry
     without ``side`` counts as its host's client entry."""
     tests: dict[tuple, dict] = {}
@@ -442,8 +443,12 @@ def bandwidth_matrix(host_views: list[dict]) -> dict:
         row["cells"][rail] = {"gbps": gbps, "line_rate_gbps": line, "threshold_pct": pair.get("threshold_pct"),
                               "pct": pct, "status": pair.get("status"), "failed_side": pair.get("failed_side"),
                               "reason": pair.get("reason") or ""}
-    return {"rails": sorted(rails, key=lambda r: (r is None, r if r is not None else 0)),
-            "rows": [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), str(k[1])))]}
+    ordered = [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), str(k[1])))]
+    rail_list = sorted(rails, key=lambda r: (r is None, r if r is not None else 0))
+    failed = [{"client": row["client"], "server": row["server"], "rail": rail, "cell": row["cells"][rail]}
+              for row in ordered for rail in rail_list
+              if rail in row["cells"] and row["cells"][rail]["status"] == "fail"]
+    return {"rails": rail_list, "rows": ordered, "failed": failed}
 
 
 def build(inputs: dict) -> dict:
