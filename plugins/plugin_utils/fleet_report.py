@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import subprocess
 from collections import Counter
@@ -511,7 +512,7 @@ def value_text(value) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int) or (isinstance(value, float) and value == value and abs(value) != float("inf")):
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return repr(value)  # as JSON spells it
     return json.dumps(value, sort_keys=True)
 
