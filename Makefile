@@ -41,7 +41,7 @@ SCENARIOS += join
 
 # The playbook the hook's end-to-end test runs (playbooks/site.yml once the full pipeline is on main).
 
-.PHONY: e2e help deps system-deps venv collection image lint unit molecule test demo demo-down bench clean
+.PHONY: e2e help deps system-deps browser venv collection image lint unit molecule test demo demo-down bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -54,6 +54,18 @@ $(STAMPS)/system-deps:
 	  echo "installing from apt:$$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
 	  apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+	@touch $@
+
+# Headless Chromium for the fleet report's browser test (tests/unit/test_report_browser.py loads a
+# 256-host report with --dump-dom); Debian's chromium package, without its recommends.
+browser: $(STAMPS)/browser ## chromium from apt (root), for the report's browser test
+$(STAMPS)/browser:
+	@mkdir -p $(STAMPS)
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing from apt: chromium"; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
+	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	fi
 	@touch $@
 
@@ -91,7 +103,7 @@ sanity: deps ## ansible-test sanity on the built collection (offline, empty igno
 # its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
 PYTEST_WORKERS ?= auto
 
-unit: deps ## pytest unit and conformance tests, on every core
+unit: deps browser ## pytest unit and conformance tests, on every core
 	pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit
 
 molecule: image ## molecule scenarios on simulated hosts

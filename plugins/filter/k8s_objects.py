@@ -30,8 +30,18 @@ def _wrap(func):
     return inner
 
 
-def cluster_objects(hosts, settings):
-    """Every cluster object for a fleet; see ``k8s_objects.build``."""
+def _is_hostvars(value):
+    return hasattr(value, "_variable_manager") and not isinstance(value, dict)
+
+
+def cluster_objects(hosts, settings, play_hosts=None, vfs_per_rail=8, sriov_rails_from_discovery=False):
+    """Every cluster object for a fleet; see ``k8s_objects.build``. ``hosts`` is the
+    ``cluster_objects_inputs`` mapping, or ``hostvars`` with ``play_hosts``: then the inputs are read
+    in the same call (one pass, and the hosts' facts are not handed from filter to filter)."""
+    if _is_hostvars(hosts):
+        if play_hosts is None:
+            raise AnsibleFilterError("cluster_objects: given hostvars, it needs play_hosts (ansible_play_hosts)")
+        hosts = cluster_objects_inputs(hosts, play_hosts, vfs_per_rail, sriov_rails_from_discovery)
     return k8s_objects.build(dict(hosts), dict(settings))
 
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
-def _schedule_hosts(hws, fabrics, name):
+def _schedule_hosts(hws, fabrics, name, order=None):
+    if hasattr(hws, "_variable_manager") and not isinstance(hws, dict):
+        # hostvars: each host's gpunode_hw as it published it, read in this call (plugin_utils/fleet_vars.py)
+        fleet = FleetVars(hws)
+        hws = {host: fleet.get(host, "gpunode_hw") for host in order or []}
     if not isinstance(hws, dict):
         raise AnsibleFilterError(f"{name} expects a mapping host -> gpunode_hw")
     fabrics = fabrics or {}
@@ -34,8 +39,9 @@ def validation_pairs(hws, fabrics=None, base_port=18515):
 
 def validation_schedule(hws, fabrics=None, order=None, forks=5, base_port=18515, test_timeout=60, server_start_s=30,
                         addresses=None):
-    """``{host: gpunode_hw}`` (+ fabrics, play order, forks, ports, timeouts, addresses) -> ``bandwidth_schedule``."""
-    hosts = _schedule_hosts(hws, fabrics, "validation_schedule")
+    """``{host: gpunode_hw}`` or ``hostvars`` (then the hosts of ``order``) (+ fabrics, play order, forks,
+    ports, timeouts, addresses) -> ``bandwidth_schedule``."""
+    hosts = _schedule_hosts(hws, fabrics, "validation_schedule", order)
     try:
         return validation.bandwidth_schedule(hosts, order=list(order or []), forks=int(forks),
                                              base_port=int(base_port), test_timeout=int(test_timeout),

@@ -13,9 +13,9 @@ another one is reported as absent there.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from collections import Counter
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import normalize_value, parse_value
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -45,12 +45,17 @@ def check_entry(entry):
 
 
 def _key(value):
-    return json.dumps(value, sort_keys=True, default=str)
+    """Equal for values whose JSON spellings are equal: scalars with their type (1, 1.0, True and
+    "1" differ, as in JSON), anything else by its JSON spelling."""
+    if value is None or isinstance(value, (str, int, float)):
+        return (type(value), value)
+    return (list, json.dumps(value, sort_keys=True, default=str))
 
 
 def _observations(hosts, host_order):
-    """(scope, setting) -> [observation]; a host/rail that lacks a setting its source gives on
-    other rails gets an ABSENT observation."""
+    """(scope, setting) -> [observation]; an observation is a tuple ``(host, rail, pci_address,
+    netdev, value, key)`` with ``key`` the value's comparison key (``_key``), or None for a host/rail
+    that lacks a setting its source gives on other rails (ABSENT)."""
     observed = {}
     for host in host_order:
         by_source = {}
@@ -60,19 +65,29 @@ def _observations(hosts, host_order):
             rails = {}
             settings = {}
             for entry in entries:
-                if entry["scope"] == "rail":
-                    rails.setdefault(entry["rail"], {"pci_address": entry.get("pci_address"),
-                                                     "netdev": entry.get("netdev")})
-                settings.setdefault((entry["scope"], entry["setting"]), []).append(entry)
-            for (scope, setting), found in settings.items():
-                bucket = observed.setdefault((scope, setting), [])
-                for entry in found:
-                    bucket.append({"host": host, "rail": entry.get("rail") if scope == "rail" else None,
-                                   "pci_address": entry.get("pci_address"), "netdev": entry.get("netdev"),
-                                   "value": entry["value"], "absent": False})
+                scope = entry["scope"]
                 if scope == "rail":
-                    for rail in sorted(set(rails) - {entry["rail"] for entry in found}):
-                        bucket.append({"host": host, "rail": rail, **rails[rail], "value": None, "absent": True})
+                    rail = entry["rail"]
+                    if rail not in rails:
+                        rails[rail] = (entry.get("pci_address"), entry.get("netdev"))
+                found = settings.get((scope, entry["setting"]))
+                if found is None:
+                    settings[(scope, entry["setting"])] = [entry]
+                else:
+                    found.append(entry)
+            for (scope, setting), found in settings.items():
+                bucket = observed.get((scope, setting))
+                if bucket is None:
+                    bucket = observed[(scope, setting)] = []
+                is_rail = scope == "rail"
+                for entry in found:
+                    value = entry["value"]
+                    bucket.append((host, entry.get("rail") if is_rail else None, entry.get("pci_address"),
+                                   entry.get("netdev"), value, _key(value)))
+                if is_rail and len(found) < len(rails):
+                    seen = {entry["rail"] for entry in found}
+                    for rail in sorted(set(rails) - seen):
+                        bucket.append((host, rail, *rails[rail], None, None))
     return observed
 
 
@@ -98,26 +113,36 @@ def compare(hosts, host_order=None):
         summary = {"hosts": members, "expected": {}, "ties": [], "drift": []}
         observed = _observations({h: hosts[h] for h in members}, members)
         for (scope, setting), observations in sorted(observed.items()):
-            keys = [None if o["absent"] else _key(o["value"]) for o in observations]
-            counts = Counter(k for k in keys if k is not None)
+            counts = {}
+            value_of = {}
+            for o in observations:
+                k = o[5]
+                if k is None:
+                    continue
+                n = counts.get(k)
+                if n is None:
+                    counts[k] = 1
+                    value_of[k] = o[4]
+                else:
+                    counts[k] = n + 1
             if not counts:
                 continue
             top = max(counts.values())
             tied = {k for k, n in counts.items() if n == top}
             tie = len(tied) > 1
             if tie:
-                expected_key = next(k for k in keys if k in tied)
+                expected_key = next(o[5] for o in observations if o[5] in tied)
                 summary["ties"].append(setting)
             else:
                 (expected_key,) = tied
-            expected = json.loads(expected_key)
+            expected = copy.deepcopy(value_of[expected_key])
             summary["expected"][setting] = expected
-            for i, o in enumerate(observations):
-                if keys[i] != expected_key:
-                    row = {"fabric": fabric, "host": o["host"], "scope": scope, "rail": o["rail"],
-                           "pci_address": o["pci_address"], "netdev": o["netdev"], "setting": setting,
-                           "expected": expected, "found": ABSENT if o["absent"] else o["value"], "tie": tie}
-                    summary["drift"].append(row)
+            for host, rail, pci_address, netdev, value, k in observations:
+                if k != expected_key:
+                    summary["drift"].append({
+                        "fabric": fabric, "host": host, "scope": scope, "rail": rail, "pci_address": pci_address,
+                        "netdev": netdev, "setting": setting, "expected": expected,
+                        "found": ABSENT if k is None else value, "tie": tie})
         summary["drift"].sort(key=lambda r: (rank[r["host"]], r["setting"],
                                              -1 if r["rail"] is None else r["rail"]))
         result["fabrics"][fabric] = summary

@@ -19,6 +19,14 @@ description:
     per host its C(fabric) and C(contracts), source to entries, the Kueue objects and the run's C(id) and C(time)),
     C(hosts/<host>/<name>.json) (the files of C(/var/lib/gpunode) fetched from each host, such as C(validation.json)
     and C(reboot.json)) and C(kueue/*.json|*.yaml). Every part is optional; a host appears when any part names it.
+  - >-
+    The report is laid out for a fleet. At the top the collection version, the commit when known, the run's id and
+    time; then the drift (each setting that differs from its fabric's majority, on which hosts and devices, in stage
+    order); per fabric a table with one row per host and the settings grouped by stage (NV config enums by name
+    and number such as ETH(2), PFC as the list of priorities it is on); an inline SVG heatmap of C(ib_write_bw)
+    bandwidth per rail and client/server pair; per ClusterQueue a ResourceFlavor x resource quota table; each
+    host's rail map, failed checks and failed tests in a C(<details>) element. The Markdown report carries the
+    same parts, with each setting's fabric value and the hosts that differ instead of the host x setting grid.
   - Writes C(report.html), C(report.md) and C(report.json) (the built model) to O(output). A file whose content did
     not change is not rewritten; the task reports changed when any file was written.
   - Fails naming the file when an input file is not readable JSON or YAML.

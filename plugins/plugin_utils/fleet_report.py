@@ -18,12 +18,16 @@ Every part is optional; a host appears when any part names it.
 
 from __future__ import annotations
 
+import html
 import json
+import math
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import jinja2
+import markupsafe
 import yaml
 
 CONTRACT_SUFFIX = "_contract"
@@ -119,54 +123,108 @@ def load_inputs(directory: Path) -> dict:
     return {"hosts": dict(sorted(hosts.items())), "kueue": kueue, "run": run}
 
 
-def _value_key(value) -> str:
-    return json.dumps(value, sort_keys=True)
+def _value_key(value):
+    """A hashable key equal for equal contract values, as their JSON spellings are: scalars with
+    their type (1, True and "1" differ), lists and mappings item by item (mappings by sorted key)."""
+    if value is None or isinstance(value, (str, int, float)):
+        return (type(value), value)
+    if isinstance(value, (list, tuple)):
+        if not any(isinstance(v, (dict, list, tuple)) for v in value):
+            return (list, repr(list(value)))  # flat: repr keeps 1, 1.0, True and "1" apart, as JSON does
+        return (list, tuple(_value_key(v) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((str(k), _value_key(v)) for k, v in value.items())))
+    return (str, json.dumps(value, sort_keys=True, default=str))
 
 
-def _majority(values: list):
-    """The most common value (ties: the smallest JSON spelling, so the result is stable)."""
-    counts = Counter(_value_key(v) for v in values)
-    best = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
-    return json.loads(best)
+def _majority_key(counts: dict, first: dict):
+    """The key of the most common value (ties: the smallest JSON spelling, so the result is stable)."""
+    if len(counts) == 1:
+        return next(iter(counts))
+    return min(counts, key=lambda k: (-counts[k], json.dumps(first[k], sort_keys=True, default=str)))
 
 
-def _column(source: str, entry: dict) -> str:
-    role = source[: -len(CONTRACT_SUFFIX)] if source.endswith(CONTRACT_SUFFIX) else source
-    return f"{role}.{entry['setting']}"
+# The order the stages run in playbooks/site.yml; a contract of another source sorts after them.
+STAGES = ("discovery", "ofed", "gpu_driver", "nic_firmware", "sriov", "roce_qos")
+
+
+def stage_of(column: str) -> str:
+    """The stage (the publishing role) of a contract column: ``nic_firmware.nv_config.SRIOV_EN`` ->
+    ``nic_firmware``."""
+    return column.split(".", 1)[0]
+
+
+def _stage_rank(stage: str) -> tuple:
+    return (STAGES.index(stage), "") if stage in STAGES else (len(STAGES), stage)
+
+
+def stage_groups(columns: list) -> list[dict]:
+    """The columns grouped by stage in the order the stages run: ``[{"stage", "columns": [column],
+    "labels": [the column without its stage]}]``."""
+    groups: dict[str, list] = {}
+    for column in columns:
+        groups.setdefault(stage_of(column), []).append(column)
+    return [{"stage": stage, "columns": cols, "labels": [c.split(".", 1)[1] if "." in c else c for c in cols]}
+            for stage, cols in sorted(groups.items(), key=lambda kv: _stage_rank(kv[0]))]
 
 
 def contract_table(hosts: dict) -> dict:
     """Compare every contract setting across the hosts of each fabric, as ``fleet_contract`` does.
 
-    Returns ``{"fabrics": {fabric: {"hosts": [...], "columns": [...], "cells": {host: {column: cell}},
-    "drift": [finding, ...]}}}``. A cell is ``{"value", "rails": {rail: value}, "expected", "drift",
-    "missing"}``: host-scoped settings fill ``value``; rail-scoped ones fill ``rails`` (``value`` is
-    set when all rails agree). A finding is ``{"host", "column", "rail", "pci_address", "netdev",
-    "expected", "found"}``. A host that lacks a setting its fabric has drifts with found ``None``.
+    Returns ``{"fabrics": {fabric: {"hosts": [...], "columns": [...], "stages": [stage group],
+    "expected": {column: majority value}, "drifting": {column: [host]}, "cells": {host: {column:
+    cell}}, "drift": [finding, ...]}}}``. A cell is ``{"value", "rails":
+    {rail: value}, "expected", "drift", "missing"}``: host-scoped settings fill ``value``; rail-scoped
+    ones fill ``rails`` (``value`` is set when all rails agree). A finding is ``{"host", "column",
+    "rail", "pci_address", "netdev", "expected", "found"}``. A host that lacks a setting its fabric has
+    drifts with found ``None``. One pass over the entries, then one over the cells: O(hosts x settings).
     """
     fabrics: dict[str, dict] = {}
     for name, host in hosts.items():
         fabric = fabrics.setdefault(host.get("fabric") or "default", {"hosts": [], "observed": {}})
         fabric["hosts"].append(name)
+        observed_all = fabric["observed"]
         for source, entries in sorted((host.get("contracts") or {}).items()):
+            role = source[: -len(CONTRACT_SUFFIX)] if source.endswith(CONTRACT_SUFFIX) else source
             for entry in entries or []:
                 if not isinstance(entry, dict) or "setting" not in entry:
                     raise ReportInputError(f"{name}: {source} entry without 'setting': {entry!r}")
-                column = _column(source, entry)
-                scope = entry.get("scope") or "host"
-                observed = fabric["observed"].setdefault(column, {"scope": scope, "values": {}})
-                observed["values"].setdefault(name, []).append(entry)
+                column = f"{role}.{entry['setting']}"
+                observed = observed_all.get(column)
+                if observed is None:
+                    observed = observed_all[column] = {}
+                per_host = observed.get(name)
+                if per_host is None:
+                    observed[name] = [entry]
+                else:
+                    per_host.append(entry)
 
     out = {}
     for fabric_name, fabric in sorted(fabrics.items()):
         cells: dict[str, dict] = {h: {} for h in fabric["hosts"]}
         drift = []
+        expected_of, drifting = {}, {}
         for column, observed in sorted(fabric["observed"].items()):
-            all_values = [e.get("value") for entries in observed["values"].values() for e in entries]
-            expected = _majority(all_values)
+            # each value's key once; the majority from their counts
+            counts: dict = {}
+            first: dict = {}
+            keyed_hosts = {}
+            for host_name, entries in observed.items():
+                # entries stay in the order the host published them (the roles publish rails in order)
+                keyed = keyed_hosts[host_name] = [(_value_key(e.get("value")), e) for e in entries]
+                for key, entry in keyed:
+                    count = counts.get(key)
+                    if count is None:
+                        counts[key] = 1
+                        first[key] = entry.get("value")
+                    else:
+                        counts[key] = count + 1
+            expected_key = _majority_key(counts, first)
+            expected = expected_of[column] = first[expected_key]
+            first_finding = len(drift)
             for host_name in fabric["hosts"]:
-                entries = observed["values"].get(host_name)
-                if not entries:
+                keyed = keyed_hosts.get(host_name)
+                if not keyed:
                     cells[host_name][column] = {"value": None, "rails": {}, "expected": expected, "drift": True,
                                                 "missing": True}
                     drift.append({"host": host_name, "column": column, "rail": None, "pci_address": None,
@@ -174,23 +232,47 @@ def contract_table(hosts: dict) -> dict:
                     continue
                 rails = {}
                 bad = False
-                for entry in sorted(entries, key=lambda e: (e.get("rail") is None, e.get("rail") or 0)):
+                same = True
+                first_key = keyed[0][0]
+                for key, entry in keyed:
                     value = entry.get("value")
-                    if entry.get("rail") is not None:
-                        rails[entry["rail"]] = value
-                    if _value_key(value) != _value_key(expected):
+                    rail = entry.get("rail")
+                    if rail is not None:
+                        rails[rail] = value
+                    if key != first_key:
+                        same = False
+                    if key != expected_key:
                         bad = True
-                        drift.append({"host": host_name, "column": column, "rail": entry.get("rail"),
+                        drift.append({"host": host_name, "column": column, "rail": rail,
                                       "pci_address": entry.get("pci_address"), "netdev": entry.get("netdev"),
                                       "expected": expected, "found": value})
-                values = {_value_key(e.get("value")) for e in entries}
                 cells[host_name][column] = {
-                    "value": json.loads(values.pop()) if len(values) == 1 else None,
+                    "value": keyed[0][1].get("value") if same else None,
                     "rails": rails, "expected": expected, "drift": bad, "missing": False,
                 }
-        out[fabric_name] = {"hosts": fabric["hosts"], "columns": sorted(fabric["observed"]), "cells": cells,
-                            "drift": drift}
+            drifting[column] = list(dict.fromkeys(d["host"] for d in drift[first_finding:]))
+        columns = sorted(fabric["observed"])
+        out[fabric_name] = {"hosts": fabric["hosts"], "columns": columns, "stages": stage_groups(columns),
+                            "expected": expected_of, "drifting": drifting, "cells": cells, "drift": drift}
     return {"fabrics": out}
+
+
+def drift_groups(fabrics: dict) -> list[dict]:
+    """The drift findings of every fabric grouped by setting and host, settings in stage order:
+    ``[{"fabric", "stage", "column", "expected", "hosts": [{"host", "devices": [{"rail",
+    "pci_address", "netdev", "found"}]}]}]`` (a missing setting is one device with rail None)."""
+    groups: dict[tuple, dict] = {}
+    for fabric_name, fabric in fabrics.items():
+        for finding in fabric["drift"]:
+            key = (fabric_name, finding["column"])
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {"fabric": fabric_name, "stage": stage_of(finding["column"]),
+                                       "column": finding["column"], "expected": finding["expected"], "hosts": {}}
+            group["hosts"].setdefault(finding["host"], []).append(
+                {k: finding[k] for k in ("rail", "pci_address", "netdev", "found")})
+    ordered = sorted(groups.values(), key=lambda g: (_stage_rank(g["stage"]), g["column"], g["fabric"]))
+    return [{**g, "hosts": [{"host": h, "devices": d} for h, d in g["hosts"].items()]} for g in ordered]
 
 
 def rail_rows(hw: dict | None, validation: dict | None = None) -> list[dict]:
@@ -227,7 +309,9 @@ def rail_rows(hw: dict | None, validation: dict | None = None) -> list[dict]:
 
 def kueue_summary(objects: list[dict]) -> dict:
     """Kueue objects by kind: flavors ``{"name", "node_labels", "taints", "tolerations"}``, cluster
-    queues ``{"name", "cohort", "quotas": [{"flavor", "resource", "nominal"}]}``, local queues
+    queues ``{"name", "cohort", "quotas": [{"flavor", "resource", "nominal"}], "resources": [names in
+    first-seen order], "flavors": [{"name", "quotas": {resource: nominal}}]}`` (the flavor x resource
+    table), local queues
     ``{"name", "namespace", "cluster_queue"}``; sorted by name, duplicates (same kind/ns/name) once."""
     seen = {}
     for obj in objects:
@@ -248,7 +332,15 @@ def kueue_summary(objects: list[dict]) -> dict:
                     for res in flavor.get("resources") or []:
                         quotas.append({"flavor": flavor.get("name"), "resource": res.get("name"),
                                        "nominal": res.get("nominalQuota")})
-            queues.append({"name": name, "cohort": spec.get("cohortName") or spec.get("cohort"), "quotas": quotas})
+            resources = []
+            matrix: dict[str, dict] = {}
+            for quota in quotas:
+                if quota["resource"] not in resources:
+                    resources.append(quota["resource"])
+                matrix.setdefault(quota["flavor"], {})[quota["resource"]] = quota["nominal"]
+            queues.append({"name": name, "cohort": spec.get("cohortName") or spec.get("cohort"), "quotas": quotas,
+                           "resources": resources,
+                           "flavors": [{"name": f, "quotas": q} for f, q in matrix.items()]})
         else:
             local.append({"name": name, "namespace": namespace, "cluster_queue": spec.get("clusterQueue")})
     return {"flavors": flavors, "cluster_queues": queues, "local_queues": local}
@@ -323,11 +415,50 @@ def collection_info() -> dict:
     return {"version": version, "commit": commit}
 
 
+def bandwidth_matrix(host_views: list[dict]) -> dict:
+    """Every ``ib_write_bw`` test once, as client -> server rows and rail columns: ``{"rails": [rail],
+    "rows": [{"client", "server", "cells": {rail: {"gbps", "line_rate_gbps", "threshold_pct", "pct",
+    "status", "failed_side", "reason"}}}], "failed": [{"client", "server", "rail", "cell"}]}``. A test
+    is reported by both of its hosts (``side``); the
+    client's entry is used, the server's only when the client is not in the report. A pair entry
+    without ``side`` counts as its host's client entry."""
+    tests: dict[tuple, dict] = {}
+    server_side: dict[tuple, dict] = {}
+    for view in host_views:
+        for pair in view["validation"]["pairs"]:
+            if pair.get("side") == "server":
+                server_side[(pair.get("peer"), view["name"], pair.get("rail"))] = pair
+            else:
+                tests[(view["name"], pair.get("peer"), pair.get("rail"))] = pair
+    for key, pair in server_side.items():
+        tests.setdefault(key, pair)
+    rows: dict[tuple, dict] = {}
+    rails = set()
+    for (client, server, rail), pair in tests.items():
+        gbps, line = pair.get("gbps"), pair.get("line_rate_gbps")
+        pct = round(100.0 * gbps / line, 1) if isinstance(gbps, (int, float)) and line else None
+        rails.add(rail)
+        row = rows.get((client, server))
+        if row is None:
+            row = rows[(client, server)] = {"client": client, "server": server, "cells": {}}
+        row["cells"][rail] = {"gbps": gbps, "line_rate_gbps": line, "threshold_pct": pair.get("threshold_pct"),
+                              "pct": pct, "status": pair.get("status"), "failed_side": pair.get("failed_side"),
+                              "reason": pair.get("reason") or ""}
+    ordered = [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), str(k[1])))]
+    rail_list = sorted(rails, key=lambda r: (r is None, r if r is not None else 0))
+    failed = [{"client": row["client"], "server": row["server"], "rail": rail, "cell": row["cells"][rail]}
+              for row in ordered for rail in rail_list
+              if rail in row["cells"] and row["cells"][rail]["status"] == "fail"]
+    return {"rails": rail_list, "rows": ordered, "failed": failed}
+
+
 def build(inputs: dict) -> dict:
-    """Everything the templates render: ``fabrics`` (contract tables), ``hosts`` (per host: platform,
-    fabric, rail rows, validation), ``kueue`` and the fleet ``summary``."""
+    """Everything the templates render: ``fabrics`` (contract tables), ``drift`` (findings grouped by
+    setting), ``hosts`` (per host: platform, fabric, rail rows, validation, reboot, drift count),
+    ``bandwidth`` (the heatmap's matrix), ``kueue`` and the fleet ``summary``."""
     hosts = inputs["hosts"]
     contract = contract_table(hosts)
+    drift_per_host = Counter(d["host"] for f in contract["fabrics"].values() for d in f["drift"])
     host_views = []
     for name, host in hosts.items():
         hw = host.get("hw") or {}
@@ -341,23 +472,36 @@ def build(inputs: dict) -> dict:
             "rails": rail_rows(hw, host.get("validation")),
             "validation": validation_summary(name, host.get("validation")),
             "reboot": reboot_summary((host.get("results") or {}).get("reboot")),
+            "drift": drift_per_host.get(name, 0),
         })
-    drift = sum(len(f["drift"]) for f in contract["fabrics"].values())
+    drift = drift_groups(contract["fabrics"])
     return {
         "fabrics": contract["fabrics"],
+        "drift": drift,
         "hosts": host_views,
+        "bandwidth": bandwidth_matrix(host_views),
         "kueue": kueue_summary(inputs.get("kueue") or []),
         "summary": {
             "hosts": len(host_views),
             "passed": sum(1 for h in host_views if h["validation"]["status"] == "passed"),
             "failed": sum(1 for h in host_views if h["validation"]["status"] == "failed"),
             "not_validated": sum(1 for h in host_views if h["validation"]["status"] == "not validated"),
-            "drift": drift,
+            "drift": sum(len(f["drift"]) for f in contract["fabrics"].values()),
+            "drift_settings": len(drift),
+            "drift_hosts": len(drift_per_host),
         },
     }
 
 
 TEMPLATES = Path(__file__).parent / "report_templates"
+
+# NV config enums by number, as mlxconfig prints them (``ETH(2)``): LINK_TYPE per NVIDIA's mlxconfig
+# documentation (IB 1, ETH 2, VPI 3); parameters named *_EN / *_ENABLE(D) are booleans (True(1)).
+NV_ENUMS = {"LINK_TYPE": {1: "IB", 2: "ETH", 3: "VPI"}}
+_PORT_SUFFIX = re.compile(r"_P\d+$")
+_NV_PARAM = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_BOOLEAN_PARAM = re.compile(r"_(EN|ENABLE|ENABLED)$")
+PFC_SETTINGS = ("pfc", "qos_pfc")
 
 
 def value_text(value) -> str:
@@ -366,19 +510,113 @@ def value_text(value) -> str:
         return "-"
     if isinstance(value, str):
         return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)  # as JSON spells it
     return json.dumps(value, sort_keys=True)
 
 
-def cell_text(cell: dict | None) -> str:
-    """One host × setting cell: the value, or ``r<rail>=<value>`` per rail when the rails differ;
+def display_value(column: str, value) -> str:
+    """A contract value as the tool that sets it names it: an NV config enum by name and number
+    (``nic_firmware.nv_config.LINK_TYPE_P1`` 2 -> ``ETH(2)``, ``SRIOV_EN`` 1 -> ``True(1)``), PFC
+    as the list of priorities it is enabled on (``[0, 0, 0, 1, 0, 0, 0, 0]`` -> ``[3]``); anything
+    else as ``value_text``."""
+    setting = column.rsplit(".", 1)[-1]
+    if setting in PFC_SETTINGS and isinstance(value, list) and len(value) == 8 and all(v in (0, 1) for v in value):
+        return "[" + ", ".join(str(p) for p, on in enumerate(value) if on) + "]"
+    if _NV_PARAM.match(setting) and not isinstance(value, bool):
+        base = _PORT_SUFFIX.sub("", setting)
+        names = NV_ENUMS.get(base)
+        if names is None and _BOOLEAN_PARAM.search(base):
+            names = {0: "False", 1: "True"}
+        if names:
+            if isinstance(value, int) and value in names:
+                return f"{names[value]}({value})"
+            if isinstance(value, str):
+                numbers = {n.upper(): k for k, n in names.items()}
+                if value.upper() in numbers:
+                    return f"{names[numbers[value.upper()]]}({numbers[value.upper()]})"
+    return value_text(value)
+
+
+def cell_text(cell: dict | None, column: str = "") -> str:
+    """One host x setting cell: the value, or ``r<rail>=<value>`` per rail when the rails differ;
     ``missing`` when the host does not publish the setting."""
     if not cell:
         return ""
     if cell.get("missing"):
         return "missing"
     if cell.get("value") is not None or not cell.get("rails"):
-        return value_text(cell.get("value"))
-    return ", ".join(f"r{rail}={value_text(v)}" for rail, v in sorted(cell["rails"].items()))
+        return display_value(column, cell.get("value"))
+    return ", ".join(f"r{rail}={display_value(column, v)}" for rail, v in sorted(cell["rails"].items()))
+
+
+def device_text(device: dict) -> str:
+    """A drifting device: ``rail 2 0000:5e:00.0 (ibp94s0)``, ``host`` for a host-scoped setting."""
+    if device.get("rail") is None and not device.get("pci_address"):
+        return "host"
+    parts = [f"rail {device['rail']}"] if device.get("rail") is not None else []
+    if device.get("pci_address"):
+        parts.append(device["pci_address"])
+    if device.get("netdev"):
+        parts.append(f"({device['netdev']})")
+    return " ".join(parts)
+
+
+def _bandwidth_fill(cell: dict) -> str:
+    """Green from the threshold (light) to line rate (dark); red below the threshold; grey without a
+    measurement."""
+    if cell.get("pct") is None:
+        return "#9e9e9e"
+    if cell.get("status") == "fail":
+        return "#c62828"
+    low = float(cell.get("threshold_pct") or 90)
+    share = max(0.0, min(1.0, (cell["pct"] - low) / max(1.0, 100.0 - low)))
+    return f"hsl(130,55%,{62 - 30 * share:.0f}%)"
+
+
+HEATMAP_CELL = (18, 12)
+
+
+def heatmap_svg(matrix: dict) -> str:
+    """The bandwidth heatmap as inline SVG: one row per client -> server host pair, one column per
+    rail, each cell a ``rect`` (class ``bw-cell`` and ``pass``/``fail``/``none``, ``data-host`` the
+    client, ``data-peer`` the server, ``data-rail``, ``data-gbps``) with a ``title`` tooltip."""
+    rows, rails = matrix["rows"], matrix["rails"]
+    width, height = HEATMAP_CELL
+    labels = [f"{r['client']} \u2192 {r['server']}" for r in rows]
+    label_w = 7 * max((len(t) for t in labels), default=10) + 10
+    top = 18
+    total_w, total_h = label_w + width * len(rails) + 4, top + height * len(rows) + 4
+    esc = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{total_w}" height="{total_h}" '
+           f'viewBox="0 0 {total_w} {total_h}" role="img" aria-label="RDMA bandwidth per rail and host pair" '
+           'font-family="monospace" font-size="11">']
+    out.append(f'<text x="{label_w - 6}" y="12" text-anchor="end">client \u2192 server / rail</text>')
+    for j, rail in enumerate(rails):
+        out.append(f'<text x="{label_w + j * width + width // 2}" y="12" text-anchor="middle">{esc(str(rail))}</text>')
+    for i, (row, label) in enumerate(zip(rows, labels, strict=True)):
+        y = top + i * height
+        out.append(f'<text x="{label_w - 6}" y="{y + height - 2}" text-anchor="end">{esc(label)}</text>')
+        client, server = esc(str(row["client"])), esc(str(row["server"]))
+        for j, rail in enumerate(rails):
+            cell = row["cells"].get(rail)
+            if cell is None:
+                continue
+            status = cell.get("status") if cell.get("pct") is not None else "none"
+            gbps = cell.get("gbps")
+            tip = (f"{row['client']} rail {rail} \u2192 {row['server']}: "
+                   + (f"{gbps} Gb/s ({cell['pct']}% of {cell['line_rate_gbps']} Gb/s)" if cell.get("pct") is not None
+                      else "no measurement")
+                   + (f", {cell['status']}" if cell.get("status") else "")
+                   + (f", failed side: {cell['failed_side']}" if cell.get("failed_side") else ""))
+            out.append(f'<rect class="bw-cell {esc(str(status))}" x="{label_w + j * width}" y="{y}" '
+                       f'width="{width - 1}" height="{height - 1}" fill="{_bandwidth_fill(cell)}" '
+                       f'data-host="{client}" data-peer="{server}" data-rail="{esc(str(rail))}" '
+                       f'data-gbps="{esc(value_text(gbps))}"><title>{esc(tip)}</title></rect>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 def _environment() -> jinja2.Environment:
@@ -391,8 +629,12 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["value_text"] = value_text
+    env.filters["display_value"] = lambda value, column: display_value(column, value)
     env.filters["cell_text"] = cell_text
+    env.filters["device_text"] = device_text
     env.filters["md"] = lambda text: str(text).replace("|", "\\|")
+    # heatmap_svg escapes every name and value it writes (html.escape), so its SVG is markup as it is
+    env.globals["heatmap_svg"] = lambda matrix: markupsafe.Markup(heatmap_svg(matrix))  # noqa: S704 - escaped above
     return env
 
 
@@ -424,5 +666,6 @@ def write_report(input_dir: Path, output_dir: Path) -> dict[str, tuple[Path, boo
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     texts = render(report)
-    texts["report.json"] = json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
+    # One line: the C encoder (indent= would take the pure-Python one, several times slower).
+    texts["report.json"] = json.dumps(report, default=str) + "\n"  # keys in the model's own (stable) order
     return {name: (output_dir / name, _write_if_changed(output_dir / name, text)) for name, text in texts.items()}

@@ -130,7 +130,17 @@ def test_drift_names_the_hgx_rail_with_adaptive_routing_off(fleet_dir, hw):
         "value": 1, "rails": dict.fromkeys(range(8), 1), "expected": 1, "drift": False, "missing": False}
     assert fabric["cells"]["dgx01"]["nic_firmware.rail_count"]["value"] == 8
     assert fabric["cells"]["hgx01"]["roce_qos.pfc"]["value"] == [0, 0, 0, 1, 0, 0, 0, 0]
-    assert report["summary"] == {"hosts": 2, "passed": 1, "failed": 1, "not_validated": 0, "drift": 1}
+    assert report["summary"] == {"hosts": 2, "passed": 1, "failed": 1, "not_validated": 0, "drift": 1,
+                                 "drift_settings": 1, "drift_hosts": 1}
+    # drift first: grouped by setting, then host, with the devices that differ
+    assert report["drift"] == [{
+        "fabric": "default", "stage": "nic_firmware", "column": "nic_firmware.roce_accl.adaptive_routing_forced_en",
+        "expected": 1, "hosts": [{"host": "hgx01", "devices": [
+            {"rail": 2, "pci_address": rail2["pci_address"], "netdev": rail2["netdev"], "found": 0}]}]}]
+    assert [h["drift"] for h in report["hosts"]] == [0, 1]
+    # settings grouped by stage in the order site.yml runs them
+    assert [g["stage"] for g in fabric["stages"]] == ["gpu_driver", "nic_firmware", "roce_qos"]
+    assert fabric["stages"][2]["labels"] == ["mtu", "pfc"]
 
 
 def test_missing_setting_and_separate_fabrics():
@@ -205,18 +215,32 @@ def test_html_marks_drift_cells(fleet_dir):
 
 def test_markdown_tables(fleet_dir):
     md = render(build(load_inputs(fleet_dir)))["report.md"]
-    row = next(line for line in md.splitlines() if line.startswith("| nic_firmware.roce_accl"))
-    cells = [c.strip() for c in row.strip().strip("|").split("|")]
-    assert cells == ["nic_firmware.roce_accl.adaptive_routing_forced_en", "1",
-                     "**DRIFT** r0=1, r1=1, r2=0, r3=1, r4=1, r5=1, r6=1, r7=1 (expected 1)"]
-    assert "- hgx01 rail 2" in md and "is 0, expected 1" in md
-    assert re.search(r"^\| dgx01 \| default \| NVIDIA .* \| failed \| 1/2 \| rail 3 0000:5e:00.0", md, re.M)
-    assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| not needed \| passed \| 0/0 \|", md, re.M)
-    assert "| gpu | h100-80gb-dgx-default | nvidia.com/gpu | 8 |" in md
-    assert re.search(r"^\| dgx01 \| 0 \| hgx01 \| 0 \| 371\.2 \| 400 \| 90% \| pass \|", md, re.M)
+
+    def cells_of(line):
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    # drift first: one row per drifting setting and host, with its devices
+    assert md.index("## Drift") < md.index("## Hosts") < md.index("## Settings per fabric")
+    rail2 = next(line for line in md.splitlines() if line.startswith("| nic_firmware | roce_accl."))
+    assert cells_of(rail2)[:5] == ["nic_firmware", "roce_accl.adaptive_routing_forced_en", "default", "1", "hgx01"]
+    assert re.fullmatch(r"rail 2 0000:\S+ \(\S+\): 0", cells_of(rail2)[5])
+    # the fabric's value per setting, grouped by stage, and the hosts that differ
+    settings = md[md.index("## Settings per fabric"):]
+    row = next(line for line in settings.splitlines() if line.startswith("| nic_firmware | roce_accl"))
+    assert cells_of(row) == ["nic_firmware", "roce_accl.adaptive_routing_forced_en", "1", "hgx01"]
+    assert "| roce_qos | pfc | [3] |  |" in settings  # PFC as the priorities it is on
+    assert "| nic_firmware | LINK_TYPE_P1 | ETH(2) |  |" in settings  # an NV config enum by name and number
+    assert re.search(r"^\| dgx01 \| default \| NVIDIA .* \| failed \| 1/2 \| rail 3 0000:5e:00.0.* \| 0 \|$", md, re.M)
+    assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| not needed \| passed \| 0/0 \|  \| 1 \|$",
+                     md, re.M)
+    # Kueue: flavor x resource per ClusterQueue
+    assert "| ResourceFlavor | nvidia.com/gpu |" in md and "| h100-80gb-dgx-default | 8 |" in md
+    # bandwidth: Gb/s per client -> server pair and rail
+    assert "| client | server | rail 0 |" in md
+    assert re.search(r"^\| dgx01 \| hgx01 \| 371\.2 \|$", md, re.M)
     # the flavor given twice (fleet.json and kueue/) is listed once
-    assert sum(line.startswith("| h100-80gb-dgx-default |") for line in md.splitlines()) == 1
-    flavor = next(line for line in md.splitlines() if line.startswith("| h100-80gb-dgx-default |"))
+    assert sum(line.startswith("| h100-80gb-dgx-default | `") for line in md.splitlines()) == 1
+    flavor = next(line for line in md.splitlines() if line.startswith("| h100-80gb-dgx-default | `"))
     cells = [c.strip() for c in flavor.strip().strip("|").split("|")]
     assert cells[2:] == ["", "`nvidia.com/gpu (Exists):NoSchedule`"]  # no node taints; one toleration
 
