@@ -67,7 +67,8 @@ def sh(argv, env=None, check=True):
     return proc
 
 
-def playbook(inventory, env, extra, vars_file):
+def playbook(inventory, env, extra, vars_file, hosts=None):
+    hosts = hosts or HOSTS
     start = time.perf_counter()
     proc = sh(["ansible-playbook", "-i", str(inventory), "playbooks/site.yml", "-e", f"@{vars_file}",
                "-e", json.dumps(extra)],
@@ -77,9 +78,9 @@ def playbook(inventory, env, extra, vars_file):
         data = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:
         raise SystemExit(f"site.yml printed no JSON:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
-    tasks = {h: {"executed": 0, "skipped": 0} for h in HOSTS}
-    trips = {h: [] for h in HOSTS}  # host -> "play / task" lines that ran a module on the host
-    status = {h: {} for h in HOSTS}  # host -> task name -> "executed" | "skipped"
+    tasks = {h: {"executed": 0, "skipped": 0} for h in hosts}
+    trips = {h: [] for h in hosts}  # host -> "play / task" lines that ran a module on the host
+    status = {h: {} for h in hosts}  # host -> task name -> "executed" | "skipped"
     changed_tasks, failed_tasks = {}, {}  # task name -> hosts (with the message, for failures)
     for play in data.get("plays", []):
         for task in play.get("tasks", []):
@@ -98,48 +99,50 @@ def playbook(inventory, env, extra, vars_file):
     stats = data.get("stats", {})
     return {"seconds": seconds, "rc": proc.returncode, "tasks": tasks, "status": status, "trips": trips,
             "changed_tasks": changed_tasks, "failed_tasks": failed_tasks,
-            "changed": {h: stats.get(h, {}).get("changed") for h in HOSTS},
-            "failed": {h: stats.get(h, {}).get("failures", 0) + stats.get(h, {}).get("unreachable", 0) for h in HOSTS}}
+            "changed": {h: stats.get(h, {}).get("changed") for h in hosts},
+            "failed": {h: stats.get(h, {}).get("failures", 0) + stats.get(h, {}).get("unreachable", 0) for h in hosts}}
 
 
-def reboots(log: Path) -> dict[str, int]:
+def reboots(log: Path, hosts=None) -> dict[str, int]:
     lines = log.read_text().split() if log.is_file() else []
-    return {h: lines.count(h) for h in HOSTS}
+    return {h: lines.count(h) for h in (hosts or HOSTS)}
 
 
-def run(keep: bool) -> dict:
+def run(keep: bool, hosts=None, port=KAPI_PORT, name="bench") -> dict:
+    hosts = hosts or HOSTS
     env = {**os.environ}
-    state = REPO / ".sim" / "bench"
+    state = REPO / ".sim" / name
     env["GPUNODE_SIM_DIR"] = str(state)
     env["GPUNODE_REPORT_DIR"] = str(state / "report")
     inventory = state / "hosts.yml"
     log = state / "power-cycles.log"
     kapi = state / "kapi"
-    sh(["gpunode", "sim", "up", "--replace", *[f"{h}={p}" for h, p in HOSTS.items()]], env=env)
-    sh(["gpunode", "kapi", "start", "--port", str(KAPI_PORT), "--state", str(kapi)], env=env)
+    sh(["gpunode", "sim", "up", "--replace", *[f"{h}={p}" for h, p in hosts.items()]], env=env)
+    sh(["gpunode", "kapi", "start", "--port", str(port), "--state", str(kapi)], env=env)
     try:
-        sh(["gpunode", "sim", "inventory", "-o", str(inventory), *HOSTS], env=env)
+        sh(["gpunode", "sim", "inventory", "-o", str(inventory), *hosts], env=env)
         # The 2-rail host is its own fabric: a fabric contract compares rail counts too.
-        hosts = yaml.safe_load(inventory.read_text())
-        hosts["all"]["children"]["gpu_nodes"]["hosts"]["bn-2rail"]["gpunode_fabric"] = "pcie"
-        inventory.write_text(yaml.safe_dump(hosts))
+        if "bn-2rail" in hosts:
+            data = yaml.safe_load(inventory.read_text())
+            data["all"]["children"]["gpu_nodes"]["hosts"]["bn-2rail"]["gpunode_fabric"] = "pcie"
+            inventory.write_text(yaml.safe_dump(data))
         sh(["ansible-playbook", "playbooks/sim_cluster.yml",
-            "-e", json.dumps({"gpunode_sim_kapi_port": KAPI_PORT, "gpunode_sim_kapi_dir": str(kapi)})], env=env)
+            "-e", json.dumps({"gpunode_sim_kapi_port": port, "gpunode_sim_kapi_dir": str(kapi)})], env=env)
         log.unlink(missing_ok=True)
         extra = {"gpunode_reboot_ok": True,
                  "gpunode_power_cycle_command": ["sh", "-c", f'echo "$1" >> {log} && exec gpunode sim reboot "$1"',
                                                  "power-cycle", "{{ inventory_hostname }}"]}
-        fresh = playbook(inventory, env, extra, kapi / "site-vars.yml")
-        fresh_reboots = reboots(log)
+        fresh = playbook(inventory, env, extra, kapi / "site-vars.yml", hosts)
+        fresh_reboots = reboots(log, hosts)
         log.unlink(missing_ok=True)
-        rerun = playbook(inventory, env, extra, kapi / "site-vars.yml")
-        rerun_reboots = reboots(log)
+        rerun = playbook(inventory, env, extra, kapi / "site-vars.yml", hosts)
+        rerun_reboots = reboots(log, hosts)
         start = time.perf_counter()
         sh(["ansible", "all", "-i", str(inventory), "-m", "ansible.builtin.setup"], env=env)
         floor = time.perf_counter() - start
     finally:
         if not keep:
-            sh(["gpunode", "sim", "down", "--missing-ok", *HOSTS], env=env, check=False)
+            sh(["gpunode", "sim", "down", "--missing-ok", *hosts], env=env, check=False)
             sh(["gpunode", "kapi", "stop", "--state", str(kapi)], env=env, check=False)
     return {"fresh": fresh, "rerun": rerun, "floor": floor, "fresh_reboots": fresh_reboots,
             "rerun_reboots": rerun_reboots}
@@ -215,9 +218,35 @@ def section(r: dict) -> str:
     ]) + note + "\n" + END
 
 
-def update(path: Path, text: str) -> None:
+SCALE_BEGIN = "<!-- bench_site_scale:begin -->"
+SCALE_END = "<!-- bench_site_scale:end -->"
+
+
+def scale_hosts(n: int) -> dict[str, str]:
+    """``n`` simulated hosts, DGX and HGX H100 alternating (one fabric), named bs-01..."""
+    return {f"bs-{i:02d}": ("dgx-h100" if i % 2 else "hgx-h100") for i in range(1, n + 1)}
+
+
+def scale_section(rows: list[tuple[int, dict]], commit: str) -> str:
+    lines = [SCALE_BEGIN, "## site.yml re-run at fleet sizes (`bench/bench_site.py --fleet`)", "",
+             f"Commit {commit}. For each N: N simulated hosts (DGX and HGX H100 alternating, one fabric), a fresh "
+             "provision, then the idempotent re-run (timed), then `ansible all -m ansible.builtin.setup` on the same "
+             "hosts (the floor), at the forks of ansible.cfg.", "",
+             "| hosts | re-run | per host | setup floor | ÷ floor | round trips per host (min–max) "
+             "| changed (re-run) |",
+             "|---|---|---|---|---|---|---|"]
+    for n, r in rows:
+        rerun = r["rerun"]
+        trips = [len(t) for t in rerun["trips"].values()]
+        lines.append(f"| {n} | {rerun['seconds']:.1f} s | {rerun['seconds'] / n:.1f} s | {r['floor']:.1f} s | "
+                     f"{rerun['seconds'] / r['floor']:.1f}× | {min(trips)}–{max(trips)} | "
+                     f"{sum(v or 0 for v in rerun['changed'].values())} |")
+    return "\n".join(lines + [SCALE_END])
+
+
+def update(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     old = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda _m: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
     path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
 
@@ -226,7 +255,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path)
     parser.add_argument("--keep", action="store_true", help="leave the bn- hosts running")
+    parser.add_argument("--fleet", help="comma-separated fleet sizes (e.g. 2,8,16): the re-run at each size "
+                                        "instead of the three-host run")
     args = parser.parse_args()
+    if args.fleet:
+        commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+        rows = [(n, run(False, scale_hosts(n), port=KAPI_PORT + 1, name=f"bench-{n}"))
+                for n in (int(x) for x in args.fleet.split(","))]
+        text = scale_section(rows, commit)
+        print(text)
+        if args.output:
+            update(args.output, text, SCALE_BEGIN, SCALE_END)
+        return 0
     text = section(run(args.keep))
     print(text)
     if args.output:

@@ -28,4 +28,4 @@ class FilterModule:
     def filters(self):
         return {name: _wrap(getattr(host_plan, name))
                 for name in ("file_plan", "key_plan", "package_versions", "unheld", "unit_plan", "apt_versions",
-                             "module_version")}
+                             "module_version", "fstab_swap", "sysctl_plan")}

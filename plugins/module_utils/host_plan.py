@@ -12,6 +12,7 @@ documents the keys); a state without the key a plan needs is "unknown" and plans
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def _files(state):
@@ -108,3 +109,33 @@ def module_version(state, name):
     """The loaded version of kernel module ``name`` per the host state (None: not loaded or unknown)."""
     entry = ((state or {}).get("kernel_modules") or {}).get(name) or {}
     return entry.get("version")
+
+
+_SWAP_LINE = re.compile(r"^[^#\s]\S*\s+\S+\s+swap\s", re.M)
+
+
+def fstab_swap(contents):
+    """Does ``/etc/fstab`` (text in the host state's ``contents``) mount a swap area at boot? True also
+    when the state does not have the file (the role then runs its edit, which is idempotent)."""
+    text = (contents or {}).get("/etc/fstab")
+    return True if text is None else bool(_SWAP_LINE.search(text))
+
+
+def sysctl_plan(items, contents, path, apply_now=True):
+    """The ``{key, value}`` items (``dict2items`` of the wished sysctls) that need the sysctl task: the
+    line ``key=value`` is missing from ``path`` or, with ``apply_now``, the running value
+    (``/proc/sys/<key with / for .>``) differs. Every item when the state lacks a file it needs."""
+    contents = contents or {}
+    text = contents.get(path)
+    lines = None if text is None else {line.replace(" ", "") for line in text.splitlines()}
+    out = []
+    for item in items or []:
+        key, value = str(item["key"]), str(item["value"])
+        if lines is None or f"{key}={value}" not in lines:
+            out.append(item)
+            continue
+        if apply_now:
+            running = contents.get("/proc/sys/" + key.replace(".", "/"))
+            if running is None or running.strip() != value:
+                out.append(item)
+    return out

@@ -47,6 +47,7 @@ DEFAULT_FILES = [
     "/etc/containerd/config.toml",
     "/etc/crictl.yaml",
     "/etc/default/kubelet",
+    "/etc/kubernetes/kubelet.conf",
 ]
 # Units the roles enable or start, besides every gpunode-* unit.
 DEFAULT_UNITS = [
@@ -179,6 +180,28 @@ def read_files(patterns, root="/"):
             out[path] = file_entry(prefix + path)
         except (FileNotFoundError, PermissionError):
             continue
+    return out
+
+
+CONTENTS_LIMIT = 256 * 1024
+
+
+def read_contents(paths, root="/"):
+    """``{host path: text or None}``: the text of each small state file (None when it does not exist)."""
+    prefix = os.path.abspath(root).rstrip("/")
+    out = {}
+    for path in paths:
+        if not str(path).startswith("/"):
+            raise ValueError(f"contents: {path!r} is not an absolute path")
+        try:
+            with open(prefix + path, "rb") as handle:
+                data = handle.read(CONTENTS_LIMIT + 1)
+        except FileNotFoundError:
+            out[path] = None
+            continue
+        if len(data) > CONTENTS_LIMIT:
+            raise ValueError(f"contents: {path} is larger than {CONTENTS_LIMIT} bytes")
+        out[path] = data.decode("utf-8", errors="replace")
     return out
 
 

@@ -30,7 +30,7 @@ description:
     systemd.unit(5) for unit file and drop-in locations
     U(https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html); rename(2) for the atomic replace."
 author:
-  - mlplatform.gpunode developers
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   files:
     description:

@@ -23,7 +23,8 @@ description:
   - A vendor tool that is not installed yet (a fresh host) leaves its part empty and C(tools) says so; a device
     that refuses a tool is listed with the tool's reason, never silently dropped.
   - Read-only; the same answer in check mode.
-author: mlplatform.gpunode developers
+author:
+  - mlplatform.gpunode developers (@mlplatform)
 options:
   management_interfaces:
     description: Netdevs that carry management/SSH traffic (never a rail), as for M(mlplatform.gpunode.nic_info).
@@ -74,6 +75,14 @@ options:
     type: list
     elements: str
     default: []
+  contents:
+    description:
+      - Absolute paths of small state files (a role's record of an earlier run, such as C(reboot.json)) whose text is
+        returned in RV(host_state.contents), so that the role need not read them again.
+      - A missing file gives C(null); one larger than 256 KiB fails the module.
+    type: list
+    elements: path
+    default: []
   nv_config:
     description: Read the NV config (C(mlxconfig -e q)) of every NIC whose role is not C(ignored).
     type: bool
@@ -99,6 +108,7 @@ notes:
   - Refresh it after something changes the host (a reboot, a VF change, a package install); the discovery role
     does.
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
 """
 
@@ -130,6 +140,10 @@ host_state:
       type: dict
       sample: {"/etc/systemd/system/gpunode-sriov.service": {"sha256": "9f2c...", "mode": "0644",
                "owner": "root", "group": "root"}}
+    contents:
+      description: Host path -> text (UTF-8) of each file in O(contents); C(null) for one that does not exist.
+      type: dict
+      sample: {"/var/lib/gpunode/reboot.json": "{\"attempts\": 1, \"required\": false}"}
     units:
       description: Unit -> C({enabled (UnitFileState, or not-found), active (ActiveState), load (LoadState)}).
       type: dict
@@ -350,6 +364,7 @@ def main():
             "kernel_modules": {"type": "list", "elements": "str"},
             "apt_packages": {"type": "list", "elements": "str", "default": []},
             "extra_files": {"type": "list", "elements": "str", "default": []},
+            "contents": {"type": "list", "elements": "path", "default": []},
             "nv_config": {"type": "bool", "default": True},
             "roce_accl_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "qos_roles": {"type": "list", "elements": "str", "default": ["compute"]},
@@ -377,6 +392,10 @@ def main():
         files = hs.read_files(patterns, params["root"])
     except ValueError as exc:
         module.fail_json(msg=f"host_state: {exc}")
+    try:
+        contents = hs.read_contents(params["contents"], params["root"])
+    except ValueError as exc:
+        module.fail_json(msg=f"host_state: {exc}")
     units = hs.unit_names(files, params["units"] if params["units"] is not None else hs.DEFAULT_UNITS)
     packages, held = reader.packages()
     nics = hardware["nics"]
@@ -390,6 +409,7 @@ def main():
     state = {
         "hardware": hardware,
         "files": files,
+        "contents": contents,
         "units": reader.units(units),
         "packages": packages,
         "held": held,

@@ -19,6 +19,11 @@ installed yet) instead of failing on a missing tool. Then no file under /etc, /u
 /var/lib/gpunode or the simulated hardware state is newer than a marker written before the run,
 and no package was installed.
 
+After it, the drift tests (issue 13) change one setting of each kind on the converged host behind the
+collection's back (a VF count, a boot unit file, a driver hold, a trust mode, an NV config value for next
+boot): ``site.yml --check --diff`` must show exactly those, per setting and device, and the re-run must
+fix exactly those, with no reboot.
+
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
 
@@ -257,3 +262,141 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     # No secret in the hook's artifacts, results, database or log.
     leaks = [str(p) for p in (hook / "state").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaks == [] and SECRET not in serve_log
+
+
+# Drift (issue 13): on the converged host the hook provisioned, change one thing of each kind behind the
+# collection's back. Check mode must show exactly those changes, per setting and device; the re-run must
+# fix exactly those, without a reboot. The five kinds are independent, so one check run and one re-run
+# serve all five (each kind has its own test below).
+DRIFT = {
+    # A VF count reset on rail 0's PF (sysfs sriov_numvfs, as `echo 0 >` does on a real host).
+    "vf_count": "echo 0 > /var/lib/gpunode-sim/sys/bus/pci/devices/0000:1a:00.0/sriov_numvfs",
+    # A hand edit of a boot unit the sriov role installed.
+    "unit_file": "echo '# edited by hand' >> /etc/systemd/system/gpunode-sriov.service",
+    # The driver meta package without its hold.
+    "unheld_package": "apt-mark unhold nvidia-driver-570-server-open >/dev/null",
+    # Rail 1's trust mode flipped to PCP.
+    "qos_trust": "mlnx_qos -i enp60s0np0 --trust pcp >/dev/null",
+    # ATS enabled for next boot on rail 2's card (waiting for a reboot).
+    "nv_config_next_boot": "mlxconfig -d 0000:4d:00.0 -y set ATS_ENABLED=1 >/dev/null",
+}
+DRIFT_TASKS = {
+    "vf_count": "mlplatform.gpunode.sriov : Configure | Set the VF count of every managed PF",
+    "unit_file": "mlplatform.gpunode.sriov : Service | Write the VF script, configuration and boot unit, reload "
+                 "systemd and enable it (one call)",
+    "unheld_package": "mlplatform.gpunode.gpu_driver : Install | Hold the driver packages (dpkg selection hold)",
+    "qos_trust": "mlplatform.gpunode.roce_qos : Configure | Apply the QoS profile to every RoCE netdev and read it "
+                 "back",
+    "nv_config_next_boot": "mlplatform.gpunode.nic_firmware : Configure | Set the NV config of all managed NICs in "
+                           "one call",
+}
+# The host's own records of what it is (a drift changes what they say), and the report's copy of them on
+# the controller (a fetch into a new report directory reports changed).
+RECORDS = ("Write discovery.json", "Write nic_firmware.json", "Write validation.json",
+           "Fetch the result files to the controller")
+
+
+def _site_results(hook: Path, *args: str) -> dict:
+    """Run site.yml against the hook's inventory with the JSON callback: ``changed`` is {task name: this host's
+    results} for the tasks that changed on the host (controller-side tasks - delegated or fleet-level - left
+    out), ``failed`` {task name: message} for the tasks that failed."""
+    proc = sh("ansible-playbook", "-i", str(hook / "hosts.yml"), PLAYBOOK, *args,
+              "-e", f"@{hook / 'kapi' / 'site-vars.yml'}", cwd=REPO, timeout=1800, check=False,
+              env={**os.environ, "GPUNODE_REPORT_DIR": str(hook / "drift-report"),
+                   "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    data = json.loads(proc.stdout[proc.stdout.index("{"):])
+    changed, failed = {}, {}
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get(HOST)
+            if result and result.get("failed") and not result.get("ignore_errors"):
+                failed[task["task"]["name"]] = str(result.get("msg", ""))
+            delegated = (result or {}).get("_ansible_delegated_vars") or {}
+            if not result or not result.get("changed") or delegated.get("ansible_host") in ("localhost", "127.0.0.1") \
+                    or delegated.get("ansible_connection") == "local":
+                continue
+            changed.setdefault(task["task"]["name"], []).append(result)
+    assert (proc.returncode == 0) == (not failed), (proc.returncode, failed, proc.stderr[-2000:])
+    return {"changed": changed, "failed": failed}
+
+
+@pytest.fixture(scope="module")
+def drift(sim_host, hook):
+    validation = in_host("cat /var/lib/gpunode/validation.json", check=False)
+    if validation.returncode != 0 or not json.loads(validation.stdout).get("passed"):
+        pytest.fail("the drift tests need the host the hook provisioned "
+                    "(test_cloud_init_phone_home_provisions_the_host)")
+    reboot_before = in_host("cat /var/lib/gpunode/reboot.json").stdout
+    in_host(" && ".join(DRIFT.values()))
+    check = _site_results(hook, "--check", "--diff")
+    rerun = _site_results(hook, "--diff")
+    return {"check": check["changed"], "rerun": rerun["changed"], "check_failed": check["failed"],
+            "rerun_failed": rerun["failed"], "reboot_before": reboot_before,
+            "reboot_after": in_host("cat /var/lib/gpunode/reboot.json").stdout}
+
+
+def _only(results: dict, name: str) -> dict:
+    assert name in results, f"{name!r} did not change; changed: {sorted(results)}"
+    assert len(results[name]) == 1
+    return results[name][0]
+
+
+def test_drift_changes_exactly_the_drifted_settings_and_nothing_else(drift):
+    # In check mode nothing is applied, so the contract compares the values as they are now: it stops the
+    # check run, naming exactly the two drifted settings it covers (the VF count and the trust mode of the
+    # rails; an NV config value waiting for next boot is not a current value). The re-run fixes them first.
+    assert list(drift["check_failed"]) == ["Compare every published contract across the hosts of each fabric"]
+    breach = drift["check_failed"]["Compare every published contract across the hosts of each fabric"]
+    rows = [line.split() for line in breach.splitlines() if line.strip().startswith(HOST)]
+    assert sorted((r[2], r[4], r[5], r[6]) for r in rows) == [
+        ("0000:1a:00.0", "sriov_num_vfs", "8", "0"), ("0000:3c:00.0", "qos_trust", "dscp", "pcp")], breach
+    assert drift["rerun_failed"] == {}
+    for run in ("check", "rerun"):
+        others = {name for name in drift[run] if name not in DRIFT_TASKS.values()
+                  and not any(record in name for record in RECORDS)}
+        assert others == set(), f"{run}: tasks changed that no drift explains: {sorted(others)}"
+        assert set(DRIFT_TASKS.values()) <= set(drift[run]), sorted(drift[run])
+    # Nothing needed a reboot: the next-boot value was put back to the running one.
+    assert drift["reboot_after"] == drift["reboot_before"]
+
+
+def test_drift_vf_count(drift):
+    for run in ("check", "rerun"):
+        diff = _only(drift[run], DRIFT_TASKS["vf_count"])["diff"]
+        moved = {pf: (diff["before"][pf], diff["after"][pf]) for pf in diff["after"]
+                 if diff["before"].get(pf) != diff["after"][pf]}
+        assert moved == {"0000:1a:00.0": (0, 8)}, run
+    assert in_host("cat /var/lib/gpunode-sim/sys/bus/pci/devices/0000:1a:00.0/sriov_numvfs").stdout.strip() == "8"
+
+
+def test_drift_edited_unit_file(drift):
+    for run in ("check", "rerun"):
+        result = _only(drift[run], DRIFT_TASKS["unit_file"])
+        assert result["files_changed"] == ["/etc/systemd/system/gpunode-sriov.service"], run
+        assert result["units_restarted"] == [] and result["units_enabled"] == []
+    assert "edited by hand" not in in_host("cat /etc/systemd/system/gpunode-sriov.service").stdout
+
+
+def test_drift_unheld_driver_package(drift):
+    for run in ("check", "rerun"):
+        result = _only(drift[run], DRIFT_TASKS["unheld_package"])
+        assert [(r["item"], r["before"], r["after"]) for r in result["results"] if r["changed"]] == \
+            [("nvidia-driver-570-server-open", "install", "hold")], run
+    assert "nvidia-driver-570-server-open" in in_host("apt-mark showhold").stdout.split()
+
+
+def test_drift_qos_trust(drift):
+    for run in ("check", "rerun"):
+        interfaces = _only(drift[run], DRIFT_TASKS["qos_trust"])["interfaces"]
+        assert {n: v for n, v in interfaces.items() if v} == {"enp60s0np0": {"trust": {"before": "pcp",
+                                                                                       "after": "dscp"}}}, run
+    assert "Priority trust state: dscp" in in_host("mlnx_qos -i enp60s0np0").stdout
+
+
+def test_drift_nv_config_waiting_for_next_boot(drift):
+    for run in ("check", "rerun"):
+        result = _only(drift[run], DRIFT_TASKS["nv_config_next_boot"])
+        assert result["changes"] == {"0000:4d:00.0": {"ATS_ENABLED": {"before": "True(1)", "after": "False(0)"}}}, run
+        assert result["reboot_required"] is False
+    next_boot = in_host("mlxconfig -d 0000:4d:00.0 q ATS_ENABLED").stdout
+    assert re.search(r"ATS_ENABLED\s+False\(0\)", next_boot), next_boot
