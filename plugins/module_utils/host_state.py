@@ -199,6 +199,8 @@ def read_contents(paths, root="/"):
         except FileNotFoundError:
             out[path] = None
             continue
+        except OSError as exc:
+            raise ValueError(f"contents: {path}: {exc.strerror or exc}") from exc
         if len(data) > CONTENTS_LIMIT:
             raise ValueError(f"contents: {path} is larger than {CONTENTS_LIMIT} bytes")
         out[path] = data.decode("utf-8", errors="replace")

@@ -192,7 +192,8 @@ host_state:
         roce_tos, cma_roce_tos, mtu, dcbx_mode).
       type: dict
     gpu_driver:
-      description: C({loaded, driver_version, persistence_mode, fabric_state, error}) from C(nvidia-smi -q).
+      description: C({loaded, driver_version, persistence_mode, fabric_state, error, gpu_count}) from C(nvidia-smi -q);
+        C(gpu_count) is the number of GPUs nvidia-smi lists (0 when it cannot run).
       type: dict
     tools:
       description: Tool -> the path found, or null when it is not installed (its part of the state is empty).
@@ -336,7 +337,8 @@ class Reader:
         return out
 
     def gpu_driver(self):
-        empty = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None, "error": None}
+        empty = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None, "error": None,
+                 "gpu_count": 0}
         binary = self.tools["nvidia-smi"]
         if not binary:
             return empty
@@ -349,7 +351,7 @@ class Reader:
             self.fail_parse("nvidia-smi -q", exc, out)
         return {"loaded": True, "driver_version": summary["driver_version"],
                 "persistence_mode": summary["persistence_mode"], "fabric_state": summary["fabric_state"],
-                "error": None}
+                "error": None, "gpu_count": len(summary["gpus"])}
 
 
 def main():

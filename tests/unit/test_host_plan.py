@@ -72,3 +72,21 @@ def test_packages_holds_candidates_and_modules():
     assert F["apt_versions"]({}, "doca-ofed") is None
     assert F["module_version"](STATE, "mlx5_core") == "24.10-1.1.4"
     assert host_plan.module_version(STATE, "nvidia") is None
+
+
+def test_sysctl_plan_keeps_only_what_differs_and_everything_when_unknown():
+    items = [{"key": "net.ipv4.ip_forward", "value": "1"}, {"key": "net.bridge.bridge-nf-call-iptables", "value": "1"}]
+    path = "/etc/sysctl.d/99-kubernetes.conf"
+    contents = {path: "net.ipv4.ip_forward=1\nnet.bridge.bridge-nf-call-iptables = 1\n",
+                "/proc/sys/net/ipv4/ip_forward": "1\n", "/proc/sys/net/bridge/bridge-nf-call-iptables": "0\n"}
+    # The file has both lines; the running bridge value differs.
+    assert host_plan.sysctl_plan(items, contents, path) == [items[1]]
+    assert host_plan.sysctl_plan(items, contents, path, apply_now=False) == []
+    assert host_plan.sysctl_plan(items, {}, path) == items
+    assert host_plan.sysctl_plan(items, {path: "net.ipv4.ip_forward=0\n"}, path, apply_now=False) == items
+
+
+def test_fstab_swap_sees_active_swap_lines_only():
+    assert host_plan.fstab_swap({"/etc/fstab": "UUID=1 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n"})
+    assert not host_plan.fstab_swap({"/etc/fstab": "UUID=1 / ext4 defaults 0 1\n# /swap.img none swap sw 0 0\n"})
+    assert host_plan.fstab_swap({}) and host_plan.fstab_swap({"/etc/fstab": None})

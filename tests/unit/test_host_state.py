@@ -179,7 +179,7 @@ def test_one_read_returns_every_part(sim):
     if ethernet:
         assert set(state["qos"][ethernet[0]]) >= {"trust", "pfc", "ecn_np", "cnp_dscp", "roce_tos", "mtu"}
     assert state["gpu_driver"] == {"loaded": False, "driver_version": None, "persistence_mode": None,
-                                   "fabric_state": None, "error": None}
+                                   "fabric_state": None, "error": None, "gpu_count": 0}
     assert state["tools"]["nvidia-smi"] is None
     # One dpkg-query, one madison and one systemctl show per read, whatever the NIC count.
     tools = [c[0] for c in sim["calls"]]
@@ -238,3 +238,19 @@ def test_bad_sysfs_root_fails(sim, tmp_path):
     result = run_module(host_state.main, {"sysfs_root": str(tmp_path / "nope")}, FailJson)
     assert result["msg"].startswith("host_state: ")
     assert ExitJson is not None
+
+
+def test_read_contents_returns_text_none_for_missing_and_names_bad_paths(tmp_path):
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
+
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "reboot.json").write_text('{"required": false}\n')
+    out = hs.read_contents(["/var/reboot.json", "/var/missing.json"], str(tmp_path))
+    assert out == {"/var/reboot.json": '{"required": false}\n', "/var/missing.json": None}
+    with pytest.raises(ValueError, match="contents: /var: "):
+        hs.read_contents(["/var"], str(tmp_path))
+    with pytest.raises(ValueError, match="not an absolute path"):
+        hs.read_contents(["var/reboot.json"], str(tmp_path))
+    (tmp_path / "var" / "big").write_bytes(b"x" * (hs.CONTENTS_LIMIT + 1))
+    with pytest.raises(ValueError, match="larger than"):
+        hs.read_contents(["/var/big"], str(tmp_path))
