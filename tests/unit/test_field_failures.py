@@ -18,13 +18,12 @@ import fake_mft
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.mlplatform.gpunode.plugins.filter import k8s_objects as k8s_filters
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects, rdma_tools
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects, node_reads, rdma_tools
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info as gpu_info_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import ib_write_bw as ib_write_bw_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig as mlxconfig_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import nic_info as nic_info_module
-from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs as sriov_vfs_module
 from module_harness import FailJson, patch_exits, run_module
@@ -156,7 +155,7 @@ def test_1_node_validation_reads_qos_of_a_newer_build(hgx, newer_tools):
         def run_command(self, args, **kwargs):
             return newer_tools(self, args)
 
-    qos = node_validation._qos(Module(), str(root), netdev, dev)
+    qos = node_reads.read_qos(Module(), str(root), netdev, dev)  # node_validation and node_health share it
     assert "error" not in qos
     assert qos["trust"] == "dscp" and qos["pfc_priorities"] == [3]
 
