@@ -12,6 +12,14 @@ import os
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 
+# The options of discover() as module arguments (nic_info and host_state take the same ones).
+ARGUMENT_SPEC = {
+    "sysfs_root": {"type": "path", "default": "/sys"},
+    "management_interfaces": {"type": "list", "elements": "str", "default": []},
+    "detected_interfaces": {"type": "list", "elements": "str", "default": []},
+    "overrides": {"type": "dict", "default": {}},
+}
+
 
 class DiscoveryError(Exception):
     """Discovery cannot answer; the message names the host, the variable and what was found."""

@@ -211,7 +211,11 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import DiscoveryError, discover
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
+    ARGUMENT_SPEC,
+    DiscoveryError,
+    discover,
+)
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
@@ -357,10 +361,7 @@ class Reader:
 def main():
     module = AnsibleModule(
         argument_spec={
-            "sysfs_root": {"type": "path", "default": "/sys"},
-            "management_interfaces": {"type": "list", "elements": "str", "default": []},
-            "detected_interfaces": {"type": "list", "elements": "str", "default": []},
-            "overrides": {"type": "dict", "default": {}},
+            **ARGUMENT_SPEC,
             "files": {"type": "list", "elements": "str"},
             "units": {"type": "list", "elements": "str"},
             "kernel_modules": {"type": "list", "elements": "str"},

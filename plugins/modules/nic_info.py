@@ -308,16 +308,17 @@ discovery_warnings:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import DiscoveryError, discover
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
+    ARGUMENT_SPEC,
+    DiscoveryError,
+    discover,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "sysfs_root": {"type": "path", "default": "/sys"},
-            "management_interfaces": {"type": "list", "elements": "str", "default": []},
-            "detected_interfaces": {"type": "list", "elements": "str", "default": []},
-            "overrides": {"type": "dict", "default": {}},
+            **ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
