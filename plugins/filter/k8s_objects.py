@@ -63,6 +63,8 @@ def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_dis
         facts = _HostView(fleet, host)
         hw = facts.get("gpunode_hw")
         ansible_facts = fleet.ansible_facts(host)
+        # The discovery role's host read counts them too (gpunode_host_state.capacity): no fact gathering needed.
+        capacity = (facts.get("gpunode_host_state") or {}).get("capacity") or {}
         sriov = facts.get("sriov_rails")
         if sriov is None:
             sriov = k8s_objects.sriov_rails_from_hw(hw, vfs) if sriov_rails_from_discovery and hw is not None else []
@@ -71,7 +73,8 @@ def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_dis
             "hw": hw, "node_name": facts.get("kubernetes_node_name") or host,
             "fabric": facts.get("gpunode_fabric") or "default",
             "transport": facts.get("gpunode_fabric_transport") or "roce",
-            "cpu": ansible_facts.get("processor_vcpus") or 0, "memory_mib": ansible_facts.get("memtotal_mb") or 0,
+            "cpu": ansible_facts.get("processor_vcpus") or capacity.get("cpu") or 0,
+            "memory_mib": ansible_facts.get("memtotal_mb") or capacity.get("memory_mib") or 0,
             "sriov_rails": sriov, "adaptive_routing": k8s_objects.adaptive_routing_mode(contract),
         }
     return out

@@ -207,6 +207,35 @@ def read_contents(paths, root="/"):
     return out
 
 
+def parse_capacity(cpuinfo, meminfo):
+    """``{cpu, memory_mib}`` from the text of /proc/cpuinfo and /proc/meminfo, counted as the setup module
+    counts ``processor_vcpus`` (one ``processor`` line a logical CPU) and ``memtotal_mb`` (MemTotal kB // 1024).
+    A value the text does not give is None. Pure."""
+    cpus = sum(1 for line in (cpuinfo or "").splitlines() if line.split(":", 1)[0].strip() == "processor")
+    memory = None
+    for line in (meminfo or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "MemTotal":
+            fields = value.split()
+            if fields and fields[0].isdigit():
+                memory = int(fields[0]) // 1024
+            break
+    return {"cpu": cpus or None, "memory_mib": memory}
+
+
+def read_capacity(root="/"):
+    """The host's logical CPUs and memory (parse_capacity of /proc/cpuinfo and /proc/meminfo under ``root``)."""
+    prefix = os.path.abspath(root).rstrip("/")
+    texts = []
+    for name in ("cpuinfo", "meminfo"):
+        try:
+            with open(f"{prefix}/proc/{name}", encoding="utf-8", errors="replace") as handle:
+                texts.append(handle.read())
+        except OSError:
+            texts.append("")
+    return parse_capacity(*texts)
+
+
 def unit_names(files, extra):
     """The units to ask systemd about: every ``gpunode-*`` unit file in ``files`` plus ``extra``."""
     names = {os.path.basename(p) for p in files

@@ -144,6 +144,13 @@ host_state:
       description: Host path -> text (UTF-8) of each file in O(contents); C(null) for one that does not exist.
       type: dict
       sample: {"/var/lib/gpunode/reboot.json": "{\"attempts\": 1, \"required\": false}"}
+    capacity:
+      description: Logical CPUs (C(cpu), one C(processor) entry of C(/proc/cpuinfo) each, as the setup module counts
+        C(processor_vcpus)) and memory in MiB (C(memory_mib), C(MemTotal) of C(/proc/meminfo) // 1024, as
+        C(memtotal_mb)); C(null) for a value the host does not give. The cluster_objects role sizes the Kueue
+        flavors with them when the host's facts were not gathered.
+      type: dict
+      sample: {"cpu": 224, "memory_mib": 2063731}
     units:
       description: Unit -> C({enabled (UnitFileState, or not-found), active (ActiveState), load (LoadState)}).
       type: dict
@@ -431,6 +438,7 @@ def main():
         "qos": reader.qos(sysfs_root, qos_nics),
         "gpu_driver": reader.gpu_driver(),
         "tools": reader.tools,
+        "capacity": hs.read_capacity(params["root"]),
     }
     module.exit_json(changed=False, host_state=state, discovery_warnings=notes)
 

@@ -254,3 +254,30 @@ def test_read_contents_returns_text_none_for_missing_and_names_bad_paths(tmp_pat
     (tmp_path / "var" / "big").write_bytes(b"x" * (hs.CONTENTS_LIMIT + 1))
     with pytest.raises(ValueError, match="larger than"):
         hs.read_contents(["/var/big"], str(tmp_path))
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8480C
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+
+processor\t: 2
+vendor_id\t: GenuineIntel
+"""
+MEMINFO = "MemTotal:       2113261760 kB\nMemFree:        2090000000 kB\nHugePages_Total:       0\n"
+
+
+def test_capacity_counts_as_the_setup_module_does():
+    # processor_vcpus: one "processor" entry a logical CPU; memtotal_mb: MemTotal kB // 1024.
+    assert hs.parse_capacity(CPUINFO, MEMINFO) == {"cpu": 3, "memory_mib": 2063732}
+    assert hs.parse_capacity("", "MemFree: 1 kB\n") == {"cpu": None, "memory_mib": None}
+
+
+def test_read_returns_the_capacity(sim):
+    proc = sim["files_root"] / "proc"
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "cpuinfo").write_text(CPUINFO)
+    (proc / "meminfo").write_text(MEMINFO)
+    assert read(sim)["host_state"]["capacity"] == {"cpu": 3, "memory_mib": 2063732}

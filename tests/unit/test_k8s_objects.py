@@ -221,3 +221,21 @@ def test_adaptive_routing_mode_from_contract_entries():
     assert k8s_objects.adaptive_routing_mode([entry, entry]) == "enabled"
     assert k8s_objects.adaptive_routing_mode([entry, {**entry, "value": "0x0"}]) == "mixed"
     assert k8s_objects.adaptive_routing_mode([]) == "unknown"
+
+
+def test_cluster_objects_inputs_take_capacity_from_the_host_read_when_facts_were_not_gathered(fleet_hw):
+    from ansible_collections.mlplatform.gpunode.plugins.filter import k8s_objects as k8s_filter
+
+    hw = next(iter(fleet_hw.values()))
+    hostvars = {
+        # Facts gathered: they win (the setup module's processor_vcpus and memtotal_mb).
+        "gathered": {"gpunode_hw": hw, "ansible_facts": {"processor_vcpus": 224, "memtotal_mb": 2063731},
+                     "gpunode_host_state": {"capacity": {"cpu": 8, "memory_mib": 1024}}},
+        # Not gathered: the discovery role's read counts them.
+        "read": {"gpunode_hw": hw, "gpunode_host_state": {"capacity": {"cpu": 224, "memory_mib": 2063731}}},
+        "neither": {"gpunode_hw": hw},
+    }
+    out = k8s_filter.cluster_objects_inputs(hostvars, list(hostvars))
+    assert (out["gathered"]["cpu"], out["gathered"]["memory_mib"]) == (224, 2063731)
+    assert (out["read"]["cpu"], out["read"]["memory_mib"]) == (224, 2063731)
+    assert (out["neither"]["cpu"], out["neither"]["memory_mib"]) == (0, 0)
