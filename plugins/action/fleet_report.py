@@ -12,11 +12,57 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import ReportInputError, write_report
 
 
+def _plain(name, what):
+    name = str(name)
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith(".") or "\0" in name:
+        raise ValueError(f"{what} {name!r} is not a plain file or host name")
+    return name
+
+
+def write_host_files(source, host_files):
+    """Write ``host_files`` (host -> the result_files module's registered result, or file name -> ``{content}``
+    or the text) to
+    ``<source>/hosts/<host>/<name>``, each file only when its content differs; returns the paths written, sorted.
+    Every name is checked before any file is written (a host cannot name a path outside its directory)."""
+    if not isinstance(host_files, dict):
+        raise ValueError("expects host -> {file name: content}")
+    planned = []
+    for host, files in host_files.items():
+        if isinstance(files, dict) and ("files" in files or "changed" in files or "skipped" in files):
+            # The registered result of the result_files module (none when the read failed or was skipped).
+            files = None if files.get("failed") or files.get("skipped") else files.get("files")
+        if files is None:
+            continue
+        if not isinstance(files, dict):
+            raise ValueError(f"{host}: expects {{file name: content}}, got {type(files).__name__}")
+        folder = os.path.join(source, "hosts", _plain(host, "host"))
+        for name, entry in files.items():
+            text = entry.get("content") if isinstance(entry, dict) else entry
+            if not isinstance(text, str):
+                raise ValueError(f"{host}: {name}: the content is not text")
+            planned.append((folder, os.path.join(folder, _plain(name, f"{host}: file")), text.encode("utf-8")))
+    written = []
+    for folder, path, data in planned:
+        try:
+            with open(path, "rb") as handle:
+                if handle.read() == data:
+                    continue
+        except FileNotFoundError:
+            pass
+        os.makedirs(folder, exist_ok=True)
+        temporary = f"{path}.tmp{os.getpid()}"
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+        written.append(path)
+    return sorted(written)
+
+
 class ActionModule(ActionBase):
     """Render the fleet report from a results directory on the controller."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("input", "output"))
+    _VALID_ARGS = frozenset(("input", "output", "host_files"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})
@@ -30,20 +76,25 @@ class ActionModule(ActionBase):
         output = os.path.abspath(os.path.expanduser(str(args.get("output") or source)))
         if self._task.check_mode and not os.path.isdir(source):
             # check mode writes no results, so on a fresh fleet there is nothing to render yet
-            result.update(changed=False, files={}, output=output,
+            result.update(changed=False, files={}, output=output, host_files_written=[],
                           msg=f"fleet report: check mode, no results directory {source} yet; nothing written")
             return result
         if not os.path.isdir(source):
             raise AnsibleActionFail(f"fleet_report: input {source} is not a directory")
         if self._task.check_mode:
-            result.update(changed=False, files={}, output=output,
+            result.update(changed=False, files={}, output=output, host_files_written=[],
                           msg=f"fleet report: not written in check mode ({output})")
             return result
+        try:
+            copied = write_host_files(source, args.get("host_files") or {})
+        except ValueError as exc:
+            raise AnsibleActionFail(f"fleet_report: host_files: {exc}") from exc
         try:
             written = write_report(source, output)
         except ReportInputError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from exc
         files = {name: {"path": str(path), "written": bool(done)} for name, (path, done) in written.items()}
-        result.update(changed=any(f["written"] for f in files.values()), files=files, output=output,
+        result.update(changed=any(f["written"] for f in files.values()) or bool(copied), files=files, output=output,
+                      host_files_written=copied,
                       msg=f"fleet report: {files['report.html']['path']} (Markdown: {files['report.md']['path']})")
         return result

@@ -63,6 +63,15 @@ options:
   output:
     description: Where to write the report files on the controller; default O(input).
     type: path
+  host_files:
+    description:
+      - Host -> the registered result of the M(mlplatform.gpunode.result_files) module (a failed or skipped one adds
+        nothing), or host -> file name -> C({content}) or the text. Each file is written to
+        C(<input>/hosts/<host>/<name>) before the report is built, each file only when its content differs (so
+        one result_files call a host replaces C(find) and a C(fetch) a file).
+      - Host and file names must be plain names (no C(/), not C(.) or C(..), no leading dot); otherwise the task fails
+        naming it and nothing is written. Not written in check mode.
+    type: dict
 seealso:
   - module: mlplatform.gpunode.fleet_contract
 """
@@ -85,4 +94,10 @@ output:
   description: The directory the report is in.
   returned: always
   type: str
+host_files_written:
+  description: The files of O(host_files) this run wrote (changed or new), sorted; C([]) in check mode.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/home/ops/gpunode-report/hosts/gpu-a01/validation.json"]
 """
