@@ -214,7 +214,7 @@ def parse_capacity(cpuinfo, meminfo):
     cpus = sum(1 for line in (cpuinfo or "").splitlines() if line.split(":", 1)[0].strip() == "processor")
     memory = None
     for line in (meminfo or "").splitlines():
-        key, _, value = line.partition(":")
+        key, _sep, value = line.partition(":")
         if key.strip() == "MemTotal":
             fields = value.split()
             if fields and fields[0].isdigit():

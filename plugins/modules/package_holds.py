@@ -23,6 +23,8 @@ description:
     dpkg-query(1) (C(-W -f), C(db:Status-Want)) U(https://manpages.debian.org/bookworm/dpkg/dpkg-query.1.en.html)."
 author:
   - mlplatform.gpunode developers (@mlplatform)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   names:
     description: The packages to hold. Packages not listed are left as they are.
@@ -32,10 +34,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the selections and reports what would be held; writes nothing.
+    details: Reads the selections and reports what would be held; writes nothing.
   diff_mode:
     support: full
-    description: Before and after selection of each package that changes.
+    details: Before and after selection of each package that changes.
   platform:
     support: full
     platforms: debian

@@ -19,6 +19,8 @@ description:
     files. Read-only.
 author:
   - mlplatform.gpunode developers (@mlplatform)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   path:
     description: The directory the roles write their results to.
@@ -36,7 +38,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only; the same result in check mode.
+    details: Read-only; the same result in check mode.
   diff_mode:
     support: none
   platform:
