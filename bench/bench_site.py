@@ -118,6 +118,9 @@ def run(keep: bool, hosts=None, port=KAPI_PORT, name="bench") -> dict:
     log = state / "power-cycles.log"
     kapi = state / "kapi"
     sh(["gpunode", "sim", "up", "--replace", *[f"{h}={p}" for h, p in hosts.items()]], env=env)
+    # A fresh cluster too: an API emulator left from an earlier run still has the Nodes of the old hosts.
+    sh(["gpunode", "kapi", "stop", "--state", str(kapi)], env=env, check=False)
+    sh(["rm", "-rf", str(kapi), str(state / "report")], env=env)
     sh(["gpunode", "kapi", "start", "--port", str(port), "--state", str(kapi)], env=env)
     try:
         sh(["gpunode", "sim", "inventory", "-o", str(inventory), *hosts], env=env)
