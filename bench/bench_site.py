@@ -57,7 +57,9 @@ def host_round_trip(result: dict) -> bool:
     delegated = result.get("_ansible_delegated_vars") or {}
     if delegated.get("ansible_connection") == "local":
         return False
-    return delegated.get("ansible_host", delegated.get("ansible_delegated_host")) not in ("localhost", "127.0.0.1")
+    # Simulated hosts are reached at 127.0.0.1 (each on its own SSH port): the delegated host's
+    # inventory name says whether a task ran on the controller.
+    return delegated.get("ansible_delegated_host", delegated.get("ansible_host")) not in ("localhost", "127.0.0.1")
 
 
 def sh(argv, env=None, check=True):

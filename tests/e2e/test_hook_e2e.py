@@ -1,8 +1,9 @@
 """End to end: real cloud-init in a simulated HGX H100 host phones home to the hook, which runs the pipeline.
 
-The host (``hk-node``, profile hgx-h100) gets Debian's ``cloud-init`` and ``openssh-server`` from
-apt (ssh masked: every simulated host shares the controller's network namespace, so no sshd may
-bind port 22; the package still generates the host keys). A NoCloud seed whose ``phone_home`` url
+The host (``hk-node``, profile hgx-h100) gets Debian's ``cloud-init`` from apt; its sshd (in the
+simulator's image, on the loopback port ``gpunode sim up`` gave it) made its host keys at first boot,
+and those are what phone_home posts. The hook's runs reach the host over SSH and check its key
+against the hook's own known_hosts, which only that post filled in. A NoCloud seed whose ``phone_home`` url
 points at the hook on loopback makes ``cloud-init single --name phone_home`` post the real form.
 The hook then runs the whole pipeline, playbooks/site.yml, through ansible-runner, against the
 Kubernetes API emulator (``gpunode kapi``) as the control plane: the host must end ``ok``, validated
@@ -63,15 +64,12 @@ TAINT = "gpunode.mlplatform.io/not-validated"
 
 INSTALL = r"""
 set -eu
-# No sshd may listen: the host shares the controller's network namespace. The package still
-# generates the host keys phone_home posts.
-ln -sf /dev/null /etc/systemd/system/ssh.service
-ln -sf /dev/null /etc/systemd/system/ssh.socket
+# No service may start during the install (cloud-init runs only the phone_home module below).
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod 0755 /usr/sbin/policy-rc.d
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends cloud-init openssh-server ca-certificates >/tmp/hook-e2e-apt.log 2>&1 \
+apt-get install -y -qq --no-install-recommends cloud-init ca-certificates >/tmp/hook-e2e-apt.log 2>&1 \
   || { tail -n 30 /tmp/hook-e2e-apt.log; exit 1; }
 rm -f /usr/sbin/policy-rc.d
 """
@@ -139,6 +137,10 @@ def hook(sim_host, tmp_path_factory):
     # The operator's consent to the one reboot the firmware needs lives in the inventory.
     inventory = yaml.safe_load((work / "hosts.yml").read_text())
     inventory["all"]["children"]["gpu_nodes"]["vars"]["gpunode_reboot_ok"] = True
+    # The hook's runs check the host key against the hook's known_hosts (filled in from the phone_home
+    # post), not the simulator's: drop the simulator's known_hosts setting (HostKeyAlias stays, so the
+    # key is looked up under the host's name).
+    del inventory["all"]["children"]["gpu_nodes"]["hosts"][HOST]["ansible_ssh_common_args"]
     (work / "hosts.yml").write_text(yaml.safe_dump(inventory))
     # The control plane: the API emulator with the Kueue CRDs and a bootstrap token. The join
     # variables (token included) reach the runs only as the run_secrets_file, by path.
@@ -303,7 +305,10 @@ def _site_results(hook: Path, *args: str) -> dict:
     proc = sh("ansible-playbook", "-i", str(hook / "hosts.yml"), PLAYBOOK, *args,
               "-e", f"@{hook / 'kapi' / 'site-vars.yml'}", cwd=REPO, timeout=1800, check=False,
               env={**os.environ, "GPUNODE_REPORT_DIR": str(hook / "drift-report"),
-                   "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+                   "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+                   # as the hook's runs do: the host key the phone_home post bound
+                   "ANSIBLE_SSH_COMMON_ARGS": f"-o UserKnownHostsFile={hook / 'state' / 'known_hosts'} "
+                                              "-o StrictHostKeyChecking=yes"})
     data = json.loads(proc.stdout[proc.stdout.index("{"):])
     changed, failed = {}, {}
     for play in data["plays"]:
@@ -312,8 +317,11 @@ def _site_results(hook: Path, *args: str) -> dict:
             if result and result.get("failed") and not result.get("ignore_errors"):
                 failed[task["task"]["name"]] = str(result.get("msg", ""))
             delegated = (result or {}).get("_ansible_delegated_vars") or {}
-            if not result or not result.get("changed") or delegated.get("ansible_host") in ("localhost", "127.0.0.1") \
-                    or delegated.get("ansible_connection") == "local":
+            # Delegated to the controller: by the delegated host's inventory name (the simulated host's own
+            # ansible_host is 127.0.0.1 too, reached on its SSH port).
+            on_controller = delegated.get("ansible_connection") == "local" \
+                or delegated.get("ansible_delegated_host", delegated.get("ansible_host")) in ("localhost", "127.0.0.1")
+            if not result or not result.get("changed") or on_controller:
                 continue
             changed.setdefault(task["task"]["name"], []).append(result)
     assert (proc.returncode == 0) == (not failed), (proc.returncode, failed, proc.stderr[-2000:])

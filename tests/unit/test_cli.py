@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -50,21 +51,61 @@ def test_profiles_command_lists_the_shipped_profiles(capsys):
     assert {"dgx-h100", "hgx-h100"} <= set(names)
 
 
-def test_inventory_uses_the_podman_connection(monkeypatch, tmp_path):
+def test_inventory_connects_over_ssh_to_each_hosts_loopback_port(monkeypatch, tmp_path):
     monkeypatch.setattr(fleet, "hosts", lambda: [
-        {"name": "dgx01", "container": "gpunode-sim-dgx01", "profile": "dgx-h100", "state_dir": "/x",
-         "status": "running"},
+        {"name": "dgx01", "container": "gpunode-sim-dgx01", "profile": "dgx-h100", "state_dir": "/x/hosts/dgx01",
+         "fleet_dir": "/x", "ssh_port": 22201, "status": "running"},
         {"name": "old", "container": "gpunode-sim-old", "profile": "dgx-h100", "state_dir": "/y",
-         "status": "exited"},
+         "fleet_dir": "/y", "ssh_port": 22202, "status": "exited"},
     ])
     out = tmp_path / "hosts.yml"
     fleet.inventory(out, log=lambda _msg: None)
     data = yaml.safe_load(out.read_text())
     group = data["all"]["children"]["gpu_nodes"]
     assert list(group["hosts"]) == ["dgx01"]
-    assert group["hosts"]["dgx01"]["ansible_host"] == "gpunode-sim-dgx01"
-    assert group["vars"]["ansible_connection"] == "containers.podman.podman"
+    host = group["hosts"]["dgx01"]
+    assert (host["ansible_host"], host["ansible_port"]) == ("127.0.0.1", 22201)
+    assert host["ansible_ssh_private_key_file"] == "/x/ssh/id_ed25519"
+    assert "-o UserKnownHostsFile=/x/ssh/known_hosts -o StrictHostKeyChecking=yes" in host["ansible_ssh_common_args"]
+    assert host["ansible_ssh_extra_args"] == "-o HostKeyAlias=dgx01"
+    assert group["vars"]["ansible_connection"] == "ssh"
+    assert group["vars"]["ansible_ssh_pipelining"] is True
     assert group["vars"]["gpunode_sysfs_root"] == "/var/lib/gpunode-sim/sys"
+
+
+def test_inventory_refuses_a_host_without_an_ssh_port(monkeypatch, tmp_path):
+    """A host an older simulator started (podman connection, no port label) must be replaced."""
+    monkeypatch.setattr(fleet, "hosts", lambda: [
+        {"name": "dgx01", "container": "gpunode-sim-dgx01", "profile": "dgx-h100", "state_dir": "/x",
+         "fleet_dir": None, "ssh_port": None, "status": "running"}])
+    with pytest.raises(fleet.FleetError, match="dgx01.*--replace"):
+        fleet.inventory(tmp_path / "hosts.yml", log=lambda _msg: None)
+
+
+def test_ssh_port_skips_taken_and_listening_ports():
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", fleet.SSH_PORTS.start + 1))
+        busy.listen()
+        assert fleet.pick_ssh_port({fleet.SSH_PORTS.start}) == fleet.SSH_PORTS.start + 2
+
+
+def test_ssh_config_and_known_hosts(monkeypatch, tmp_path):
+    fleet.write_ssh_config(tmp_path / "hosts" / "h1", 22210, "ssh-ed25519 AAAA test\n")
+    conf = (tmp_path / "hosts" / "h1" / "ssh" / "sshd.conf").read_text()
+    assert "Port 22210\nListenAddress 127.0.0.1\n" in conf
+    assert "AuthorizedKeysFile /var/lib/gpunode-sim/ssh/authorized_keys" in conf
+    assert oct((tmp_path / "hosts" / "h1" / "ssh" / "authorized_keys").stat().st_mode & 0o777) == "0o600"
+    (tmp_path / "ssh").mkdir()
+    (tmp_path / "ssh" / "known_hosts").write_text("h1 ssh-ed25519 OLD\nh2 ssh-ed25519 KEEP\n")
+
+    def fake_run(*args, check=True):
+        return subprocess.CompletedProcess(args, 0, "ssh-ed25519 NEW root@h1\nssh-rsa RSA root@h1\n", "")
+    monkeypatch.setattr(fleet.podman, "run", fake_run)
+    fleet.record_host_keys(tmp_path, "h1", 22210, "gpunode-sim-h1")
+    lines = (tmp_path / "ssh" / "known_hosts").read_text().splitlines()
+    assert lines == ["h2 ssh-ed25519 KEEP", "[127.0.0.1]:22210 ssh-ed25519 NEW", "[127.0.0.1]:22210 ssh-rsa RSA",
+                     "h1 ssh-ed25519 NEW", "h1 ssh-rsa RSA"]
 
 
 def test_version_and_json_errors(tmp_path, capsys):

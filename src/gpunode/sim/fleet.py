@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,10 @@ MIRROR_VARS = {
     "kubernetes_node_mirror_url": f"file://{HOST_REPO_DIR}/kubernetes",
 }
 CONTAINER_PREFIX = "gpunode-sim-"
+#: Every host shares the controller's network namespace, so each sshd gets its own loopback port
+#: from this range (kept in the container's label; a reboot keeps it).
+SSH_PORTS = range(22200, 23200)
+SSH_ADDRESS = "127.0.0.1"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -70,6 +76,70 @@ def host_dir(state_dir: Path, host: str) -> Path:
     return state_dir / "hosts" / host
 
 
+def ssh_dir(state_dir: Path) -> Path:
+    """The fleet's SSH files on the controller: the client key (``id_ed25519``) and ``known_hosts``."""
+    return state_dir / "ssh"
+
+
+def client_key(state_dir: Path) -> Path:
+    """The fleet's client key (made once per state directory); return its private key's path."""
+    key = ssh_dir(state_dir) / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpunode-sim", "-f", str(key)],
+                       check=True, capture_output=True)
+    return key
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((SSH_ADDRESS, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ssh_port(taken: set[int]) -> int:
+    """The first port of :data:`SSH_PORTS` no simulated host holds and nothing listens on."""
+    for port in SSH_PORTS:
+        if port not in taken and _port_free(port):
+            return port
+    raise FleetError(f"no free SSH port for a simulated host in {SSH_PORTS.start}-{SSH_PORTS.stop - 1}")
+
+
+def write_ssh_config(hdir: Path, port: int, public_key: str) -> None:
+    """The host's sshd settings in its state directory (included by the image's sshd_config.d)."""
+    sdir = hdir / "ssh"
+    sdir.mkdir(parents=True, exist_ok=True)
+    sdir.chmod(0o755)
+    (sdir / "sshd.conf").write_text(
+        f"# written by gpunode sim up\nPort {port}\nListenAddress {SSH_ADDRESS}\n"
+        f"AuthorizedKeysFile {HOST_STATE_DIR}/ssh/authorized_keys .ssh/authorized_keys\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\n")
+    keys = sdir / "authorized_keys"
+    keys.write_text(public_key)
+    keys.chmod(0o600)
+
+
+def record_host_keys(state_dir: Path, name: str, port: int, cname: str) -> None:
+    """Add the host's (first-boot) host keys to the fleet's known_hosts, under its name (what a
+    ``HostKeyAlias`` looks up) and ``[127.0.0.1]:port``; older lines for either are dropped."""
+    proc = podman.run("exec", cname, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub", check=False)
+    keys = [line.split()[:2] for line in proc.stdout.splitlines() if len(line.split()) >= 2]
+    if proc.returncode != 0 or not keys:
+        status = podman.run("exec", cname, "systemctl", "status", "--no-pager", "ssh", check=False).stdout
+        raise FleetError(f"{name}: sshd has no host keys (ssh.service: {status.strip()[-400:]})")
+    names = {name, f"[{SSH_ADDRESS}]:{port}"}
+    path = ssh_dir(state_dir) / "known_hosts"
+    kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
+            if line and line.split()[0] not in names]
+    for alias in sorted(names):
+        kept += [f"{alias} {kind} {blob}" for kind, blob in keys]
+    path.write_text("\n".join(kept) + "\n")
+    path.chmod(0o600)
+
+
 def prepare_state(state_dir: Path, spec: HostSpec) -> Path:
     """Write the host's fresh state (profile.yaml/json, devices.json, hw.json at the catalogue
     defaults and the profile's faults, sys/); return the host's state dir."""
@@ -92,16 +162,25 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
         load_profile(spec.profile)
     ref = image.ensure_image(log=log)
     repo_dir = repo.build(log=log)
+    public_key = client_key(state_dir).with_suffix(".pub").read_text()
+    taken = {h["ssh_port"] for h in hosts() if h["ssh_port"]}
     for spec in specs:
         cname = container_name(spec.name)
         if podman.exists(cname):
             labels = podman.run("inspect", "--format", "{{json .Config.Labels}}", cname).stdout
-            if not replace and f'"{podman.LABEL}.profile":"{spec.profile}"' in labels.replace(" ", ""):
+            labels = labels.replace(" ", "")
+            # A host from an image before SSH (no port label) is replaced, as a changed profile is.
+            if not replace and f'"{podman.LABEL}.profile":"{spec.profile}"' in labels \
+                    and f'"{podman.LABEL}.ssh_port":' in labels:
                 podman.run("start", cname)
                 log(f"{spec.name}: already up ({spec.profile})")
                 continue
             podman.run("rm", "-f", cname)
+            taken = {h["ssh_port"] for h in hosts() if h["ssh_port"]}
         hdir = prepare_state(state_dir, spec)
+        port = pick_ssh_port(taken)
+        taken.add(port)
+        write_ssh_config(hdir, port, public_key)
         podman.run(
             "run", "--detach",
             "--name", cname,
@@ -112,25 +191,32 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
             "--label", f"{podman.LABEL}.host={spec.name}",
             "--label", f"{podman.LABEL}.profile={spec.profile}",
             "--label", f"{podman.LABEL}.state={hdir}",
+            "--label", f"{podman.LABEL}.fleet={state_dir}",
+            "--label", f"{podman.LABEL}.ssh_port={port}",
             "--volume", f"{hdir}:{HOST_STATE_DIR}",
             "--volume", f"{repo_dir}:{HOST_REPO_DIR}:ro",
             ref,
         )
         state = podman.wait_booted(cname)
-        log(f"{spec.name}: up ({spec.profile}, systemd {state})")
+        record_host_keys(state_dir, spec.name, port, cname)
+        log(f"{spec.name}: up ({spec.profile}, systemd {state}, ssh {SSH_ADDRESS}:{port})")
     return names
 
 
 def hosts() -> list[dict]:
-    """The simulated hosts podman knows, sorted by name: name, container, profile, state dir, status."""
+    """The simulated hosts podman knows, sorted by name: name, container, profile, state dir, fleet
+    (state) dir, SSH port, status."""
     result = []
     for rec in podman.containers():
         labels = rec.get("Labels") or {}
+        port = labels.get(f"{podman.LABEL}.ssh_port") or ""
         result.append({
             "name": labels.get(f"{podman.LABEL}.host"),
             "container": (rec.get("Names") or [""])[0],
             "profile": labels.get(f"{podman.LABEL}.profile"),
             "state_dir": labels.get(f"{podman.LABEL}.state"),
+            "fleet_dir": labels.get(f"{podman.LABEL}.fleet"),
+            "ssh_port": int(port) if port.isdigit() else None,
             "status": rec.get("State"),
         })
     return sorted(result, key=lambda h: h["name"] or "")
@@ -190,6 +276,23 @@ def fault(name: str, kind: str, address: str, *, params: list[str] | None = None
     return faults
 
 
+def _ssh_vars(host: dict) -> dict:
+    """One simulated host's connection variables: its loopback port, the fleet's key and known_hosts.
+    ``HostKeyAlias`` makes SSH check the key under the host's name (what an operator's known_hosts,
+    or the hook's, records) rather than under ``[127.0.0.1]:port``."""
+    sdir = ssh_dir(Path(host["fleet_dir"]))
+    return {
+        "ansible_host": SSH_ADDRESS,
+        "ansible_port": host["ssh_port"],
+        "ansible_ssh_private_key_file": str(sdir / "id_ed25519"),
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={sdir / 'known_hosts'} -o StrictHostKeyChecking=yes "
+                                   "-o IdentitiesOnly=yes",
+        "ansible_ssh_extra_args": f"-o HostKeyAlias={host['name']}",
+        "gpunode_sim_container": host["container"],
+        "gpunode_sim_profile": host["profile"],
+    }
+
+
 def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
     """Write an Ansible inventory of the running simulated hosts (only ``names`` when given) to
     ``path``; return it. Naming the hosts keeps other scenarios' hosts on the machine out of it."""
@@ -197,16 +300,22 @@ def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
     missing = sorted(set(names or []) - {h["name"] for h in running})
     if missing:
         raise FleetError(f"not running: {', '.join(missing)} (start them with gpunode sim up)")
-    host_vars = {
-        h["name"]: {"ansible_host": h["container"], "gpunode_sim_profile": h["profile"]} for h in running
-    }
+    no_ssh = sorted(h["name"] for h in running if not h["ssh_port"] or not h["fleet_dir"])
+    if no_ssh:
+        raise FleetError(f"no SSH port recorded for {', '.join(no_ssh)} (started by an older simulator): "
+                         "replace them with gpunode sim up --replace")
+    host_vars = {h["name"]: _ssh_vars(h) for h in running}
     data = {
         "all": {
             "children": {
                 "gpu_nodes": {
                     "hosts": host_vars,
                     "vars": {
-                        "ansible_connection": "containers.podman.podman",
+                        # SSH as with real hosts, one round trip a module (pipelining); the default
+                        # ssh_args keep one connection a host open (ControlMaster/ControlPersist).
+                        "ansible_connection": "ssh",
+                        "ansible_user": "root",
+                        "ansible_ssh_pipelining": True,
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "gpunode_sysfs_root": HOST_SYSFS_ROOT,
                         # Simulated hosts run the controller's kernel: no distro has its headers, the
@@ -224,7 +333,8 @@ def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
         }
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = "---\n# Written by `gpunode sim inventory`: the simulated fleet (podman containers).\n"
+    header = ("---\n# Written by `gpunode sim inventory`: the simulated fleet (podman containers, reached over\n"
+              "# SSH on loopback ports; host keys checked against the fleet's known_hosts).\n")
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     log(f"wrote {path} ({len(running)} hosts)")
     return data

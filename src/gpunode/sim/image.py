@@ -23,7 +23,8 @@ RECIPE: dict = {
     "suite": "bookworm",
     "variant": "minbase",
     # systemd as PID 1, python3 for Ansible, python3-apt for ansible.builtin.apt, gnupg for
-    # signed-by keys, iproute2/procps/kmod for what roles and tests inspect.
+    # signed-by keys, iproute2/procps/kmod for what roles and tests inspect, openssh-server for the
+    # connection Ansible uses with real hosts (SSH with pipelining; see fleet.py for the port).
     "include": [
         "systemd",
         "systemd-sysv",
@@ -35,12 +36,32 @@ RECIPE: dict = {
         "kmod",
         "ca-certificates",
         "gnupg",
+        "openssh-server",
     ],
-    # Files removed from the root filesystem: identity that must come from the container.
-    "remove": ["etc/hostname", "etc/machine-id", "var/lib/dbus/machine-id"],
+    # Files removed from the root filesystem: identity that must come from the container (globs).
+    "remove": ["etc/hostname", "etc/machine-id", "var/lib/dbus/machine-id", "etc/ssh/ssh_host_*"],
+    # Files written into the root filesystem (path: content).
+    "files": {
+        # Every simulated host shares the controller's network namespace, so each sshd listens on
+        # loopback only, on the port `gpunode sim up` picked for it (written to the state directory
+        # mounted at /var/lib/gpunode-sim before the container starts), and takes the fleet's
+        # client key from there. The first value of an option wins, so this file comes first.
+        "etc/ssh/sshd_config.d/00-gpunode-sim.conf": (
+            "# gpunode simulator: port, listen address and client key from the host's state directory\n"
+            "Include /var/lib/gpunode-sim/ssh/sshd.conf\n"
+        ),
+        # Host keys are made at the host's first boot (as a cloud image does), never shared
+        # between hosts through the image.
+        "etc/systemd/system/ssh.service.d/gpunode-sim-host-keys.conf": (
+            "[Service]\n"
+            "ExecStartPre=\n"
+            "ExecStartPre=/usr/bin/ssh-keygen -A\n"
+            "ExecStartPre=/usr/sbin/sshd -t\n"
+        ),
+    },
     # podman import --change instructions.
     "changes": ['CMD ["/sbin/init"]', "STOPSIGNAL SIGRTMIN+3"],
-    "revision": 1,
+    "revision": 2,
 }
 
 
@@ -82,10 +103,15 @@ def ensure_image(*, force: bool = False, log=print) -> str:
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
             raise ImageError(f"debootstrap failed (rc={proc.returncode}):\n{tail}")
-        for rel in RECIPE["remove"]:
+        for pattern in RECIPE["remove"]:
+            for target in rootfs.glob(pattern):
+                if target.is_file() or target.is_symlink():
+                    target.unlink()
+        for rel, content in RECIPE["files"].items():
             target = rootfs / rel
-            if target.is_file() or target.is_symlink():
-                target.unlink()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+            target.chmod(0o644)
         # An empty machine-id makes systemd generate one per container at boot.
         (rootfs / "etc" / "machine-id").write_text("")
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
