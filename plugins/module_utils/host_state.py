@@ -66,13 +66,10 @@ DEFAULT_KERNEL_MODULES = [
 ]
 
 
-def parse_dpkg_query(text):
-    """``dpkg-query -W -f DPKG_FORMAT`` -> ``{"packages": {name: version}, "held": [names]}``.
-
-    Only packages whose status is ``installed`` count as installed; a package with a ``hold``
-    selection is listed in ``held`` whatever its status (``apt-mark showhold`` does the same).
-    """
-    packages, held = {}, set()
+def parse_dpkg_records(text):
+    """``dpkg-query -W -f DPKG_FORMAT`` -> ``{name: {"version", "want", "status"}}``, every package dpkg
+    knows (any status). A line without the four tab-separated fields raises ParseError naming it."""
+    records = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -80,11 +77,19 @@ def parse_dpkg_query(text):
         if len(fields) != 4 or not fields[0]:
             raise ParseError("dpkg-query", f"line {lineno}: expected 4 tab-separated fields, got {line!r}")
         name, version, want, status = (f.strip() for f in fields)
-        if status == "installed":
-            packages[name] = version
-        if want == "hold":
-            held.add(name)
-    return {"packages": packages, "held": sorted(held)}
+        records[name] = {"version": version, "want": want, "status": status}
+    return records
+
+
+def parse_dpkg_query(text):
+    """``dpkg-query -W -f DPKG_FORMAT`` -> ``{"packages": {name: version}, "held": [names]}``.
+
+    Only packages whose status is ``installed`` count as installed; a package with a ``hold``
+    selection is listed in ``held`` whatever its status (``apt-mark showhold`` does the same).
+    """
+    records = parse_dpkg_records(text)
+    return {"packages": {n: r["version"] for n, r in records.items() if r["status"] == "installed"},
+            "held": sorted(n for n, r in records.items() if r["want"] == "hold")}
 
 
 def parse_madison(text):

@@ -67,22 +67,20 @@ held:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.package_holds import (
-    QUERY_FORMAT,
-    parse_selections,
-    plan_holds,
-)
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_state import DPKG_FORMAT, parse_dpkg_records
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.package_holds import plan_holds
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
 
 def _query(module, dpkg_query, names):
     # dpkg-query exits 1 when a name matches no package; the packages it knows are still printed.
-    rc, out, err = module.run_command([dpkg_query, "-W", "-f", QUERY_FORMAT, "--", *names],
+    rc, out, err = module.run_command([dpkg_query, "-W", "-f", DPKG_FORMAT, "--", *names],
                                       environ_update={"LC_ALL": "C"})
     if rc not in (0, 1):
         module.fail_json(msg=f"package_holds: dpkg-query failed (rc {rc}): {err.strip()}", rc=rc, stderr=err)
     try:
-        return parse_selections(out)
-    except ValueError as exc:
+        return parse_dpkg_records(out)
+    except ParseError as exc:
         module.fail_json(msg=f"package_holds: cannot read the selections: {exc}", stdout=out)
     return {}
 
@@ -100,9 +98,9 @@ def main():
     to_hold, errors = plan_holds(names, before, module.check_mode)
     if errors:
         module.fail_json(msg="package_holds: " + "; ".join(errors) + ". Nothing was held.", errors=errors)
-    holds = {n: {"before": before.get(n, (None, None))[0],
-                 "after": "hold" if n in to_hold else before.get(n, (None, None))[0]} for n in names}
-    diff = {"before": "".join(f"{n}\t{before[n][0]}\n" for n in to_hold if n in before),
+    want = {n: (before.get(n) or {}).get("want") for n in names}
+    holds = {n: {"before": want[n], "after": "hold" if n in to_hold else want[n]} for n in names}
+    diff = {"before": "".join(f"{n}\t{want[n]}\n" for n in to_hold if n in before),
             "after": "".join(f"{n}\thold\n" for n in to_hold)}
     result = {"holds": holds, "held": to_hold}
     if not to_hold or module.check_mode:
@@ -113,7 +111,7 @@ def main():
         module.fail_json(msg=f"package_holds: dpkg --set-selections failed (rc {rc}): {err.strip()}", rc=rc,
                          stderr=err, **result)
     after = _query(module, dpkg_query, to_hold)
-    lost = [n for n in to_hold if after.get(n, (None, None))[0] != "hold"]
+    lost = [n for n in to_hold if (after.get(n) or {}).get("want") != "hold"]
     if lost:
         module.fail_json(msg=f"package_holds: the hold did not stick for {', '.join(lost)}", **result)
     module.exit_json(changed=True, diff=diff, **result)

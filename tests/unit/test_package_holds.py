@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils import basic
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import package_holds as ph
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.modules import package_holds
 from module_harness import FailJson, patch_exits, run_module
 
@@ -25,7 +27,7 @@ def dpkg(monkeypatch):
         calls.append(argv[1:2])
         if tool == "dpkg-query":
             names = argv[argv.index("--") + 1:]
-            out = "".join(f"{n}\t{table[n][0]}\t{table[n][1]}\n" for n in names if n in table)
+            out = "".join(f"{n}\t570.172.08-1\t{table[n][0]}\t{table[n][1]}\n" for n in names if n in table)
             missing = [n for n in names if n not in table]
             return (1 if missing else 0), out, "".join(f"dpkg-query: no packages found matching {n}\n"
                                                        for n in missing)
@@ -43,15 +45,20 @@ def dpkg(monkeypatch):
     return {"table": table, "calls": calls, "state": state}
 
 
-def test_parse_selections_takes_the_name_without_architecture():
-    text = "libc6:amd64\tinstall\tinstalled\nmlnx-tools\thold\tinstalled\n\n"
-    assert ph.parse_selections(text) == {"libc6": ("install", "installed"), "mlnx-tools": ("hold", "installed")}
-    with pytest.raises(ValueError, match="unexpected dpkg-query line"):
-        ph.parse_selections("garbage\n")
+def test_the_module_reads_dpkg_in_host_states_format():
+    """One dpkg-query format and parser for the collection: host_state's."""
+    assert "DPKG_FORMAT" in package_holds.__dict__ and package_holds.parse_dpkg_records is hs.parse_dpkg_records
+    text = "mlnx-tools\t24.10-1\thold\tinstalled\nold\t1.0\tdeinstall\tconfig-files\n\n"
+    assert hs.parse_dpkg_records(text) == {"mlnx-tools": {"version": "24.10-1", "want": "hold", "status": "installed"},
+                                           "old": {"version": "1.0", "want": "deinstall", "status": "config-files"}}
+    assert hs.parse_dpkg_query(text) == {"packages": {"mlnx-tools": "24.10-1"}, "held": ["mlnx-tools"]}
+    with pytest.raises(ParseError, match="expected 4 tab-separated fields"):
+        hs.parse_dpkg_records("garbage\n")
 
 
 def test_plan_holds_skips_held_and_refuses_what_is_not_installed():
-    selections = {"a": ("install", "installed"), "b": ("hold", "installed"), "c": ("deinstall", "config-files")}
+    selections = {"a": {"want": "install", "status": "installed"}, "b": {"want": "hold", "status": "installed"},
+                  "c": {"want": "deinstall", "status": "config-files"}}
     assert ph.plan_holds(["a", "b"], selections, False) == (["a"], [])
     to_hold, errors = ph.plan_holds(["a", "c", "d"], selections, False)
     assert to_hold == ["a"]
