@@ -104,7 +104,7 @@ sanity: deps ## ansible-test sanity on the built collection (offline, empty igno
 PYTEST_WORKERS ?= auto
 
 unit: deps browser ## pytest unit and conformance tests, on every core
-	pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit
+	pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 tests/unit
 
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
