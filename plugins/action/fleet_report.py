@@ -20,24 +20,24 @@ def _plain(name, what):
 
 
 def write_host_files(source, host_files):
-    """Write ``host_files`` (host -> the result_files module's registered result, or file name -> ``{content}``
-    or the text) to
+    """Write ``host_files`` (host -> the result_files module's registered result) to
     ``<source>/hosts/<host>/<name>``, each file only when its content differs; returns the paths written, sorted.
-    Every name is checked before any file is written (a host cannot name a path outside its directory)."""
+    A host whose read failed or was skipped (or that has no result) adds nothing. Every name is checked before any
+    file is written (a host cannot name a path outside its directory)."""
     if not isinstance(host_files, dict):
-        raise ValueError("expects host -> {file name: content}")
+        raise ValueError("expects host -> the registered result of result_files")
     planned = []
-    for host, files in host_files.items():
-        if isinstance(files, dict) and ("files" in files or "changed" in files or "skipped" in files):
-            # The registered result of the result_files module (none when the read failed or was skipped).
-            files = None if files.get("failed") or files.get("skipped") else files.get("files")
-        if files is None:
+    for host, registered in host_files.items():
+        if not isinstance(registered, dict):
+            raise ValueError(f"{host}: expects the registered result of result_files, got {type(registered).__name__}")
+        if not registered or registered.get("failed") or registered.get("skipped"):
             continue
+        files = registered.get("files")
         if not isinstance(files, dict):
-            raise ValueError(f"{host}: expects {{file name: content}}, got {type(files).__name__}")
+            raise ValueError(f"{host}: the result has no files mapping (is it the result of result_files?)")
         folder = os.path.join(source, "hosts", _plain(host, "host"))
         for name, entry in files.items():
-            text = entry.get("content") if isinstance(entry, dict) else entry
+            text = entry.get("content") if isinstance(entry, dict) else None
             if not isinstance(text, str):
                 raise ValueError(f"{host}: {name}: the content is not text")
             planned.append((folder, os.path.join(folder, _plain(name, f"{host}: file")), text.encode("utf-8")))

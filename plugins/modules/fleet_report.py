@@ -65,8 +65,9 @@ options:
     type: path
   host_files:
     description:
-      - Host -> the registered result of the M(mlplatform.gpunode.result_files) module (a failed or skipped one adds
-        nothing), or host -> file name -> C({content}) or the text. Each file is written to
+      - Host -> the registered result of the M(mlplatform.gpunode.result_files) module (a failed or skipped one, or
+        an empty one, adds nothing; anything else without its RV(mlplatform.gpunode.result_files#module:files) is an
+        error). Each file is written to
         C(<input>/hosts/<host>/<name>) before the report is built, each file only when its content differs (so
         one result_files call a host replaces C(find) and a C(fetch) a file).
       - Host and file names must be plain names (no C(/), not C(.) or C(..), no leading dot); otherwise the task fails

@@ -53,15 +53,20 @@ def test_host_files_are_written_only_when_they_differ(tmp_path):
     mtime = os.stat(path).st_mtime_ns
     assert write_host_files(str(tmp_path), {"gpu-a": registered}) == []
     assert os.stat(path).st_mtime_ns == mtime
-    # A changed file is rewritten; plain name -> text works too.
-    assert write_host_files(str(tmp_path), {"gpu-a": {"validation.json": '{"passed": false}\n'}}) == [str(path)]
+    # A changed file is rewritten.
+    changed = {"changed": False, "files": {"validation.json": {"content": '{"passed": false}\n'}}}
+    assert write_host_files(str(tmp_path), {"gpu-a": changed}) == [str(path)]
+    assert path.read_text() == '{"passed": false}\n'
+    # Only the registered result is taken: a bare name -> text mapping is refused, nothing written.
+    with pytest.raises(ValueError, match="gpu-a: the result has no files mapping"):
+        write_host_files(str(tmp_path), {"gpu-a": {"validation.json": "{}\n"}})
     assert path.read_text() == '{"passed": false}\n'
 
 
 @pytest.mark.parametrize("host, name", [("gpu-a", "../escape.json"), ("../x", "a.json"), ("gpu-a", ".hidden"),
                                         ("gpu-a", "")])
 def test_host_files_refuse_a_path_outside_the_host_directory_and_write_nothing(tmp_path, host, name):
-    files = {"gpu-ok": {"ok.json": "{}\n"}, host: {name: "{}\n"}}
+    files = {"gpu-ok": {"files": {"ok.json": {"content": "{}\n"}}}, host: {"files": {name: {"content": "{}\n"}}}}
     with pytest.raises(ValueError, match="is not a plain file or host name"):
         write_host_files(str(tmp_path), files)
     assert not (tmp_path / "hosts").exists()
