@@ -273,7 +273,7 @@ def _typo(name):
     return name[:-2] + name[-1]
 
 
-@pytest.mark.parametrize("role", ["nic_firmware", "roce_qos"])
+@pytest.mark.parametrize("role", ROLES)
 def test_role_variable_typo_warns_with_the_closest_name(role):
     known = list(_role_options(role))
     for name in known:
@@ -281,6 +281,51 @@ def test_role_variable_typo_warns_with_the_closest_name(role):
         assert [f["name"] for f in found] == [_typo(name)]
         assert found[0]["closest"] == name, (name, found)
         assert f"did you mean {name}?" in found[0]["message"]
+
+
+def _published(role):
+    data = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
+    return data[f"__{role}_published"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_warns_about_its_typos_first(role):
+    """Every role's first task (or its preflight's) is role_variables with the role's prefix and published facts."""
+    main = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    first = main[0]
+    if "ansible.builtin.import_tasks" in first:
+        first = yaml.safe_load((REPO / "roles" / role / "tasks" / first["ansible.builtin.import_tasks"]).read_text())[0]
+    assert first["mlplatform.gpunode.role_variables"] == {"prefix": f"{role}_",
+                                                         "published": f"{{{{ __{role}_published }}}}"}, role
+
+
+def _keys(node, out):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out.add(str(key))
+            if key == "register" and isinstance(value, str):
+                out.add(value)
+            _keys(value, out)
+    elif isinstance(node, list):
+        for item in node:
+            _keys(item, out)
+    return out
+
+
+def test_the_collections_own_files_set_no_variable_a_role_would_warn_about():
+    """Every <role>_* name the roles, playbooks, scenarios, inventories and examples set is known to that role
+    (an option or a published fact): our own runs warn about nothing, and a role's published facts are listed."""
+    names = set()
+    for pattern in ("roles/**/*.yml", "playbooks/**/*.yml", "molecule/**/*.yml", "inventories/**/*.yml",
+                    "examples/**/*.yml"):
+        for path in REPO.glob(pattern):
+            for doc in yaml.safe_load_all(path.read_text()):
+                _keys(doc, names)
+    for role in ROLES:
+        known = set(_role_options(role)) | set(_published(role))
+        stray = sorted(n for n in names if n.startswith(f"{role}_") and n not in known)
+        assert stray == [], f"{role}: {stray} are set but unknown to the role (add to __{role}_published or specs)"
+        assert set(_published(role)) <= names, f"{role}: a published name is set nowhere"
 
 
 def test_sweep_counts_zero_half_applied_zero_silent():

@@ -50,7 +50,8 @@ def _play(tmp_path: Path, tree: Path, *args, env_extra=None, **extra) -> subproc
         [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(dump_play), "-e", json.dumps(extra_vars), *args],
         capture_output=True, text=True, env=env, check=False, timeout=300,
     )
-    proc.text = " ".join(proc.stdout.split())  # messages are wrapped over lines in the YAML result output
+    # messages are wrapped over lines in the YAML result output; warnings (typos) go to stderr
+    proc.text = " ".join((proc.stdout + proc.stderr).split())
     return proc
 
 

@@ -1,0 +1,55 @@
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller side of ``mlplatform.gpunode.role_variables`` (documentation: plugins/modules/role_variables.py)."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
+
+
+def known_options(role_path):
+    """The option names of the role's ``meta/argument_specs.yml`` entry point ``main``."""
+    path = os.path.join(role_path, "meta", "argument_specs.yml")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            specs = yaml.safe_load(handle) or {}
+        return sorted((specs["argument_specs"]["main"].get("options") or {}).keys())
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleActionFail(f"role_variables: cannot read the options of {path}: {exc}") from exc
+
+
+class ActionModule(ActionBase):
+    """Warn about variables with the role's prefix that the role does not know."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("prefix", "published"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars or {})
+        task_vars = task_vars or {}
+        args = self._task.args
+        unknown = set(args) - self._VALID_ARGS
+        if unknown:
+            raise AnsibleActionFail(f"role_variables: unknown option(s) {', '.join(sorted(unknown))}")
+        prefix = args.get("prefix")
+        published = args.get("published") or []
+        if not isinstance(prefix, str) or not prefix.endswith("_") or prefix.startswith("_"):
+            raise AnsibleActionFail(f"role_variables: prefix must be a role prefix such as ofed_, got {prefix!r}")
+        if not isinstance(published, list) or not all(isinstance(n, str) for n in published):
+            raise AnsibleActionFail("role_variables: published must be a list of variable names")
+        role = getattr(self._task, "_role", None)
+        if role is None:
+            raise AnsibleActionFail("role_variables: runs inside a role (it reads the role's meta/argument_specs.yml)")
+        known = known_options(role._role_path) + list(published)
+        found = unknown_variables([name for name in task_vars if name.startswith(prefix)], known, prefix)
+        host = task_vars.get("inventory_hostname", "?")
+        result.update(changed=False, unknown=found)
+        if found:
+            result["warnings"] = [f"{host}: {item['message']}" for item in found]
+        return result
