@@ -199,7 +199,7 @@ def _comparable(param, raw):
         return raw
 
 
-def firmware_entries(rails, config, fields=None, params=None, prefix="nv_config"):
+def firmware_entries(rails, config, fields=None, params=None, prefix="nv_config", not_in_effect=None):
     """Contract entries for the NV config and ROCE_ACCL state of the compute rails.
 
     ``rails``: ``gpunode_hw.rails`` (``rail``, ``pci_address``, ``netdev``); ``config``: device ->
@@ -208,7 +208,8 @@ def firmware_entries(rails, config, fields=None, params=None, prefix="nv_config"
     parameters to include (a name without ``_P<n>`` means the rail's own port), all when None.
     The value is the *current* one (what runs), as a number when it has one. A rail missing from
     ``config`` (a skipped device) gets no NV config entry and shows as absent in the comparison.
-    One host entry ``rail_count`` closes the list.
+    One host entry ``rail_count`` closes the list. ``not_in_effect`` (device -> param -> ``{note}``, the
+    nic_firmware record of values set for next boot that did not take effect) adds that ``note`` to the entry.
     """
     entries = []
     for rail in sorted(rails or [], key=lambda r: r["rail"]):
@@ -222,7 +223,11 @@ def firmware_entries(rails, config, fields=None, params=None, prefix="nv_config"
                 continue
             values = device_config[name]
             raw = values.get("current") if values.get("current") is not None else values.get("next_boot")
-            entries.append({**base, "setting": f"{prefix}.{name}", "value": _comparable(name, raw)})
+            entry = {**base, "setting": f"{prefix}.{name}", "value": _comparable(name, raw)}
+            stuck = ((not_in_effect or {}).get(device) or {}).get(name)
+            if isinstance(stuck, dict) and stuck.get("note"):
+                entry["note"] = stuck["note"]
+            entries.append(entry)
         for field, value in sorted(((fields or {}).get(device) or {}).items()):
             if not field.endswith("_field_select"):
                 entries.append({**base, "setting": f"roce_accl.{field}", "value": value})

@@ -377,9 +377,23 @@ def _platform_name(platform: dict) -> str:
     return f"{vendor} {product}".strip() or "unknown"
 
 
-def reboot_summary(reboot: dict | None) -> str:
+def reboot_summary(reboot: dict | None, nic_firmware: dict | None = None) -> str:
     """One host's reboot.json as a line: ``failed: <reason>``, ``rebooted``, ``required, deferred``,
-    ``still rebooting (no verdict)`` or ``not needed``."""
+    ``still rebooting (no verdict)`` or ``not needed``; then, from nic_firmware.json's ``not_in_effect``, each
+    NV config value set for next boot that did not take effect after the bounded reboots (issue 16)."""
+    line = _reboot_line(reboot)
+    stuck = (nic_firmware or {}).get("not_in_effect") if isinstance(nic_firmware, dict) else None
+    if isinstance(stuck, dict) and stuck:
+        parts = [f"{device} {param} {entry.get('desired')} {entry.get('note') or 'not in effect'}"
+                 f" (in effect {entry.get('current')})"
+                 for device, params in sorted(stuck.items()) if isinstance(params, dict)
+                 for param, entry in sorted(params.items()) if isinstance(entry, dict)]
+        if parts:
+            line += "; " + "; ".join(parts)
+    return line
+
+
+def _reboot_line(reboot: dict | None) -> str:
     if not isinstance(reboot, dict) or not reboot:
         return "not needed"
     if reboot.get("failed"):
@@ -471,7 +485,8 @@ def build(inputs: dict) -> dict:
             "nvswitches": len(hw.get("nvswitches") or []),
             "rails": rail_rows(hw, host.get("validation")),
             "validation": validation_summary(name, host.get("validation")),
-            "reboot": reboot_summary((host.get("results") or {}).get("reboot")),
+            "reboot": reboot_summary((host.get("results") or {}).get("reboot"),
+                                     (host.get("results") or {}).get("nic_firmware")),
             "drift": drift_per_host.get(name, 0),
         })
     drift = drift_groups(contract["fabrics"])

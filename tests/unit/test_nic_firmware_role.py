@@ -203,6 +203,42 @@ def test_override_on_a_nic_whose_role_has_no_settings_fails(fleet):
     assert fleet["rails"][0]["pci_address"] in text  # the valid keys are listed
 
 
+def test_a_value_that_does_not_take_effect_after_the_bounded_reboots_is_reported_once(fleet, tmp_path):
+    """Item 9: after node_reboot spent its reboots, the pending values are recorded as not in effect, the
+    contract keeps the value in effect with the note, and later runs ask for no reboot (and say it once)."""
+    proc, result = fleet["play"]()  # sets next boot; the fake's current values stay (no reboot)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert result["reboot_required"] is True and result["not_in_effect"] == {}
+    reboot = tmp_path / "results" / "reboot.json"
+    reboot.write_text(json.dumps({"required": True, "reasons": ["nic_firmware_reboot_required"], "attempts": 2,
+                                  "max_attempts": 2}))
+    proc, result = fleet["play"]()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert result["reboot_required"] is False
+    stuck = result["not_in_effect"]
+    assert sorted(stuck) == sorted(r["pci_address"] for r in fleet["rails"])
+    rail = fleet["rails"][0]["pci_address"]
+    assert stuck[rail]["NUM_OF_VFS"]["note"] == "set for next boot, not in effect after 2 reboot(s)"
+    assert f"{rail} NUM_OF_VFS set for next boot, not in effect after 2 reboot(s)" in text
+    noted = [e for e in result["contract"] if e["setting"] == "nv_config.NUM_OF_VFS" and e["pci_address"] == rail]
+    assert noted[0]["note"] == stuck[rail]["NUM_OF_VFS"]["note"]
+    assert noted[0]["value"] == int(stuck[rail]["NUM_OF_VFS"]["current"])  # the value in effect, not the wish
+    # node_reboot then records nothing required; the next run keeps the record and does not say it again.
+    reboot.write_text(json.dumps({"required": False, "reasons": [], "attempts": 0, "max_attempts": 2}))
+    proc, again = fleet["play"]()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert again["reboot_required"] is False and again["not_in_effect"] == stuck
+    assert "not in effect after" not in proc.stdout.replace(json.dumps(stuck), "")
+    assert recap(proc)["changed"] == "0"
+    # A new wish asks for a reboot again; the values whose wish is the same stay recorded.
+    proc, changed = fleet["play"](nic_firmware_settings={"compute": {"NUM_OF_VFS": 4}})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert changed["reboot_required"] is True
+    assert all("NUM_OF_VFS" not in params for params in changed["not_in_effect"].values())
+    assert changed["not_in_effect"][rail]["LINK_TYPE_P1"] == stuck[rail]["LINK_TYPE_P1"]
+
+
 def test_failure_midway_is_recorded_in_nic_firmware_json(fleet):
     fake = fleet["fake"]()
     bad = fleet["rails"][-1]
