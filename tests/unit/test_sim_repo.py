@@ -126,7 +126,8 @@ def test_repo_path_command(capsys, monkeypatch, tmp_path):
 
 def test_inventory_points_mirrors_at_the_mounted_repo(monkeypatch, tmp_path):
     monkeypatch.setattr(fleet, "hosts", lambda: [
-        {"name": "h1", "container": "gpunode-sim-h1", "profile": "pcie-h100", "state_dir": "/x", "status": "running"}])
+        {"name": "h1", "container": "gpunode-sim-h1", "profile": "pcie-h100", "state_dir": "/x/hosts/h1",
+         "fleet_dir": "/x", "ssh_port": 22200, "status": "running"}])
     data = fleet.inventory(tmp_path / "hosts.yml", log=lambda _msg: None)
     gvars = data["all"]["children"]["gpu_nodes"]["vars"]
     assert gvars["ofed_mirror_url"] == "file:///srv/gpunode-repo/doca"
