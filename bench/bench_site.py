@@ -43,6 +43,7 @@ KAPI_PORT = 18645
 CONTROLLER_ACTIONS = {
     "set_fact", "debug", "assert", "fail", "meta", "include_tasks", "import_tasks", "include_role", "import_role",
     "include_vars", "add_host", "group_by", "set_stats", "pause", "fleet_contract", "validate_argument_spec",
+    "role_variables",  # an action plugin that only reads variables on the controller
 }
 
 
@@ -153,7 +154,7 @@ def run(keep: bool, hosts=None, port=KAPI_PORT, name="bench") -> dict:
             "rerun_reboots": rerun_reboots}
 
 
-def section(r: dict) -> str:
+def section(r: dict, commit: str = "?") -> str:
     fresh, rerun = r["fresh"], r["rerun"]
     # Fleet-level tasks (run_once: contract, cluster objects, report) run on the first host only.
     first = sorted(HOSTS)[0]
@@ -189,7 +190,8 @@ def section(r: dict) -> str:
         BEGIN,
         "## site.yml on the simulated fleet (`bench/bench_site.py`)",
         "",
-        "One run on one machine: a fresh provision, then a re-run, of three simulated hosts (2 rails; DGX H100, 8 "
+        f"Measured at commit {commit}. One run on one machine: a fresh provision, then a re-run, of three "
+        "simulated hosts (2 rails; DGX H100, 8 "
         "rails and 12 NIC functions; HGX H100, 8 rails and 12 NIC functions), then `ansible all -m "
         "ansible.builtin.setup` on the same hosts as the floor. Reboots are counted at the power-cycle command.",
         "",
@@ -272,7 +274,7 @@ def main() -> int:
         if args.output:
             update(args.output, text, SCALE_BEGIN, SCALE_END)
         return 0
-    text = section(run(args.keep))
+    text = section(run(args.keep), sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip())
     print(text)
     if args.output:
         update(args.output, text)
