@@ -163,20 +163,19 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
     ref = image.ensure_image(log=log)
     repo_dir = repo.build(log=log)
     public_key = client_key(state_dir).with_suffix(".pub").read_text()
-    taken = {h["ssh_port"] for h in hosts() if h["ssh_port"]}
+    known = {h["name"]: h for h in hosts()}
+    taken = {h["ssh_port"] for h in known.values() if h["ssh_port"]}
     for spec in specs:
         cname = container_name(spec.name)
         if podman.exists(cname):
-            labels = podman.run("inspect", "--format", "{{json .Config.Labels}}", cname).stdout
-            labels = labels.replace(" ", "")
+            old = known.get(spec.name) or {}
             # A host from an image before SSH (no port label) is replaced, as a changed profile is.
-            if not replace and f'"{podman.LABEL}.profile":"{spec.profile}"' in labels \
-                    and f'"{podman.LABEL}.ssh_port":' in labels:
+            if not replace and old.get("profile") == spec.profile and old.get("ssh_port"):
                 podman.run("start", cname)
                 log(f"{spec.name}: already up ({spec.profile})")
                 continue
             podman.run("rm", "-f", cname)
-            taken = {h["ssh_port"] for h in hosts() if h["ssh_port"]}
+            taken.discard(old.get("ssh_port"))
         hdir = prepare_state(state_dir, spec)
         port = pick_ssh_port(taken)
         taken.add(port)
