@@ -127,3 +127,27 @@ def test_render_mode_writes_manifests_and_a_kustomization(tmp_path, cluster, fle
     assert yaml.safe_load((out / "node-labels" / "hgx01.yaml").read_text())["metadata"]["labels"][
         "nvidia.com/gpu.machine"] == "PowerEdge-XE9680"
     assert not any(k[0] == "ResourceFlavor" for k in objects(cluster))
+
+
+def test_a_missing_crd_fails_before_anything_is_applied_naming_it(tmp_path, fleet_hw):
+    """Only the Kueue CRDs are installed (no Multus): the CRD check names the NetworkAttachmentDefinition
+    CRD and the hint, and no Node label, flavor or queue is written."""
+    if not KUEUE.is_dir():
+        pytest.skip(f"{KUEUE} is absent: the Kueue CRD schemas come from ../shared/schemas")
+    with RunningServer(tmp_path / "kapi", free_port(16480, 16490)) as srv:
+        dyn = DynamicClient(kubernetes.config.new_client_from_config(srv.kubeconfig))
+        crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+        for path in sorted(KUEUE.glob("*.yaml")):
+            crds.create(body=yaml.safe_load(path.read_text()))
+        nodes = dyn.resources.get(api_version="v1", kind="Node")
+        for name in ("dgx01", "hgx01"):
+            nodes.create(body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        proc = play(tmp_path, srv, fleet_hw)
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        out = " ".join(proc.stdout.split())
+        assert "CRDs not installed in the cluster: network-attachment-definitions.k8s.cni.cncf.io" in out, out[-3000:]
+        assert "resourceflavors.kueue.x-k8s.io" not in out.split("CRDs not installed in the cluster:")[1][:200]
+        assert "cluster_objects_mode: render" in out
+        objs = objects(srv)
+        assert not [k for k in objs if k[0] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")]
+        assert all(not o["metadata"].get("labels") for k, o in objs.items() if k[0] == "Node")
