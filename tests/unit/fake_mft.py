@@ -165,6 +165,13 @@ class FakeMft:
                 if device in self.failing_set:
                     return 1, "", f"-E- Failed to set configuration of {device}: Device or resource busy\n"
                 return self.set(device, args[args.index("set") + 1:])
+        if tool == "mlxfwreset":
+            if device in self.reject or self._card(device) is None:
+                return 1, f"-E- Failed to open device: {device}\n", ""
+            if args[-1] in ("q", "query"):
+                return 0, "Reset-levels:\n3: Driver restart and PCI reset  -Supported\n", ""
+            if args[-1] in ("r", "reset"):
+                return 0, "-I- FW was loaded successfully.\n", ""
         if tool == "mlxreg":
             if device not in self.accl or device in self.reject:
                 return 1, "", "-E- Failed to send access register: ME_REG_ACCESS_BAD_PARAM\n"

@@ -62,7 +62,7 @@ def env(tmp_path, monkeypatch):
     def run_command(self, argv, **kwargs):
         calls.append(list(argv))
         tool = argv[0].rsplit("/", 1)[-1]
-        if tool in ("mlxconfig", "mlxreg"):
+        if tool in ("mlxconfig", "mlxreg", "mlxfwreset"):
             return mft.run(argv)
         return 1, "", f"{tool}: must not run in the sweep"
 
@@ -187,6 +187,8 @@ CASES = [
      "0000:99:00.0"),
     ("mlxfwreset-type", mlxfwreset, "wrong type", lambda e: {"devices": {"a": 1}}, "devices"),
     ("mlxfwreset-unknown", mlxfwreset, "unknown key", lambda e: {"devices": [RAIL], "force": True}, "force"),
+    ("mlxfwreset-device", mlxfwreset, "missing path", lambda e: {"devices": [RAIL, "0000:99:00.0"]},
+     "0000:99:00.0: -E- Failed to open device"),
     # discovery modules
     ("nic_info-type", nic_info, "wrong type", lambda e: {"overrides": "x"}, "overrides"),
     ("nic_info-unknown", nic_info, "unknown key", lambda e: {"management_interface": ["bond0"]},

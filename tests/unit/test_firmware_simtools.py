@@ -127,6 +127,24 @@ def test_roce_accl_set_read_back_and_lost_at_reboot(host):
     assert {read["fields"][d]["adaptive_routing_forced_en"] for d in DGX_RAILS} == {0}
 
 
+def test_mlxfwreset_queries_every_card_before_resetting_any(host):
+    """Card A is fine, a second device does not exist, a third refuses resets: the call fails naming both bad
+    devices with the tool's words, and no card is reset (ROCE_ACCL set on card A survives), in check mode too."""
+    run(roce_accl, {"devices": [{"device": DGX_RAILS[0], "fields": {"adaptive_routing_forced_en": 1}}]})
+    hwstate.set_fault(host["root"], "mlxconfig_reject", DGX_RAILS[2])
+    for check in (True, False):
+        failed = run(mlxfwreset, {"devices": [DGX_RAILS[0], "0000:99:00.0", DGX_RAILS[2]], "_ansible_check_mode": check},
+                     FailJson)
+        assert set(failed["refused"]) == {"0000:99:00.0", DGX_RAILS[2]}
+        assert "Failed to open device: 0000:99:00.0" in failed["refused"]["0000:99:00.0"]
+        assert "does not support firmware reset" in failed["refused"][DGX_RAILS[2]]
+        assert failed["msg"].endswith("Nothing was reset.") and failed["reset"] == []
+        assert DGX_RAILS[0] not in failed["refused"]
+    assert not [c for c in host["calls"] if "reset" in c]
+    read = run(roce_accl, {"devices": [{"device": DGX_RAILS[0]}]})
+    assert read["fields"][DGX_RAILS[0]]["adaptive_routing_forced_en"] == 1
+
+
 def test_mlxfwreset_once_per_card(host):
     result = run(mlxfwreset, {"devices": [DGX_RAILS[0], STORAGE[1], STORAGE[0]]})
     assert result["reset"] == [DGX_RAILS[0], STORAGE[0]]
