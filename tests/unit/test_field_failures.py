@@ -626,3 +626,8 @@ def test_4_ofed_role_unloads_peermem_around_the_restart_only():
               t.get("ansible.builtin.systemd_service", {}).get("state")) for t in block["block"]]
     assert [s[1] or s[2] for s in steps[1:]] == [["rmmod", "nvidia_peermem"], "restarted",
                                                  ["modprobe", "nvidia_peermem"]]
+    # A failed restart loads nvidia_peermem again (when it was loaded) before failing with the reason.
+    rescue = block["rescue"]
+    assert rescue[0]["ansible.builtin.command"]["argv"] == ["modprobe", "nvidia_peermem"]
+    assert rescue[0]["when"] == "__ofed_peermem.stat.exists | default(false)"
+    assert "ansible.builtin.fail" in rescue[-1] and "inventory_hostname" in rescue[-1]["ansible.builtin.fail"]["msg"]
