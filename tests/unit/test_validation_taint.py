@@ -52,7 +52,7 @@ def taints(nodes, name):
     return [{k: t[k] for k in ("key", "value", "effect")} for t in nodes.get(name=name).spec.get("taints") or []]
 
 
-def _gate(tmp_path, srv, status):
+def _gate(tmp_path, srv, status, expect_rc=0, **extra):
     check = {"check": "gpu_count", "scope": "host", "rail": None, "device": None, "netdev": None,
              "status": status, "expected": 8, "found": 8 if status == "pass" else 7,
              "reason": "" if status == "pass" else "7 GPUs, expected 8"}
@@ -60,9 +60,9 @@ def _gate(tmp_path, srv, status):
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-a": host_vars, "gpu-b": host_vars}}}, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "validation_manage_taint": True, "validation_kubeconfig": srv.kubeconfig, "validation_fail_hosts": False,
-        "validation_results_dir": str(tmp_path / "results" / "{{ inventory_hostname }}")}}}
+        "validation_results_dir": str(tmp_path / "results" / "{{ inventory_hostname }}"), **extra}}}
     proc = run_play(tmp_path, inventory, PLAY)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == expect_rc, proc.stdout + proc.stderr
     recap = dict(re.findall(r"^(gpu-[ab])\s+:.*changed=(\d+)", proc.stdout, re.M))
     return proc, {h: int(n) for h, n in recap.items()}
 
@@ -91,3 +91,13 @@ def test_fail_puts_the_taint_back_and_says_why(tmp_path, api):
     assert result["passed"] is False and result["taint"] == "kept"
     assert result["failures"] and "7 GPUs, expected 8" in " ".join(result["failures"])
     assert changed["gpu-a"] == 2
+
+
+def test_a_node_that_does_not_exist_is_an_error_naming_the_host_and_the_variable(tmp_path, api):
+    srv, nodes = api
+    proc, _ = _gate(tmp_path, srv, "pass", expect_rc=2, validation_node_name="gpu-{{ inventory_hostname }}")
+    out = " ".join(proc.stdout.split())
+    for host in ("gpu-a", "gpu-b"):
+        assert (f"{host}: no Node named gpu-{host} (validation_node_name) in the cluster of validation_kubeconfig; "
+                f"cannot remove the {KEY} taint") in out, out[-3000:]
+    assert taints(nodes, "gpu-a") == [{"key": KEY, "value": "true", "effect": "NoSchedule"}]
