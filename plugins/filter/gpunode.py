@@ -11,6 +11,7 @@ facts (the address Ansible connects to marks the management interface).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import management
 
 
 def _link(nic):
@@ -77,19 +78,10 @@ def interfaces_with_address(facts, address):
     :param address: an IP address (e.g. ``ansible_host``); a host name matches nothing.
     :returns: a sorted list of interface names (possibly empty).
     """
-    if not isinstance(facts, dict):
-        raise AnsibleFilterError("interfaces_with_address expects ansible_facts (a mapping)")
-    found = []
-    for name in facts.get("interfaces") or []:
-        iface = facts.get(name.replace("-", "_")) or {}
-        addrs = []
-        if isinstance(iface.get("ipv4"), dict):
-            addrs.append(iface["ipv4"].get("address"))
-        addrs += [a.get("address") for a in iface.get("ipv4_secondaries") or [] if isinstance(a, dict)]
-        addrs += [a.get("address") for a in iface.get("ipv6") or [] if isinstance(a, dict)]
-        if address in addrs:
-            found.append(name)
-    return sorted(found)
+    try:
+        return management.interfaces_with_address(facts, address)
+    except TypeError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

@@ -38,6 +38,21 @@ options:
     type: list
     elements: str
     default: []
+  detect_management:
+    description:
+      - "Collect Ansible's network facts in this same run, exactly as C(ansible.builtin.setup) with
+        C(gather_subset: [network]) does (with the distribution and platform facts they depend on), return them in
+        C(ansible_facts), and count as management (as O(detected_interfaces)) the interfaces of the IPv4 and IPv6
+        default routes and the interfaces that hold O(connection_address). The discovery role needs no gather of
+        its own then."
+      - What was found is returned in RV(host_state.management).
+    type: bool
+    default: false
+  connection_address:
+    description:
+      - The address the controller connects to (C(ansible_host)); with O(detect_management), the interfaces holding it
+        are management. A host name matches nothing.
+    type: str
   overrides:
     description: PCI address -> C({role}) pins, as for M(mlplatform.gpunode.nic_info).
     type: dict
@@ -151,6 +166,15 @@ host_state:
         flavors with them when the host's facts were not gathered.
       type: dict
       sample: {"cpu": 224, "memory_mib": 2063731}
+    management:
+      description:
+        - With O(detect_management) (C(null) without it) - C(default_route), the interfaces of the IPv4 and IPv6
+          default routes (C(default_ipv4.interface), C(default_ipv6.interface)); C(connection_address),
+          O(connection_address); C(connection), the interfaces that hold it; C(interfaces), both lists together,
+          which discovery counted as management.
+      type: dict
+      sample: {"default_route": ["eno1"], "connection_address": "10.0.0.11", "connection": ["eno1"],
+               "interfaces": ["eno1"]}
     units:
       description: Unit -> C({enabled (UnitFileState, or not-found), active (ActiveState), load (LoadState)}).
       type: dict
@@ -205,6 +229,13 @@ host_state:
     tools:
       description: Tool -> the path found, or null when it is not installed (its part of the state is empty).
       type: dict
+ansible_facts:
+  description:
+    - "With O(detect_management), Ansible's network facts (and the distribution and platform facts they depend on) as
+      C(ansible.builtin.setup) with C(gather_subset: [network]) returns them; empty without it."
+  returned: success
+  type: dict
+  sample: {"ansible_default_ipv4": {"interface": "eno1", "address": "10.0.0.11"}, "ansible_distribution": "Ubuntu"}
 discovery_warnings:
   description: The classifier's notes (also raised as Ansible warnings).
   returned: success
@@ -217,6 +248,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import management as mgmt
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
     ARGUMENT_SPEC,
@@ -379,15 +411,24 @@ def main():
             "roce_accl_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "qos_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "root": {"type": "path", "default": "/"},
+            "detect_management": {"type": "bool", "default": False},
+            "connection_address": {"type": "str"},
         },
         supports_check_mode=True,
     )
     params = module.params
     sysfs_root = params["sysfs_root"]
+    reader = Reader(module)
+    management, network_facts = None, {}
+    if params["detect_management"]:
+        network_facts, plain = mgmt.collect_network_facts(module)
+        management = dict(mgmt.management_from_facts(plain, params["connection_address"]),
+                          connection_address=params["connection_address"])
     try:
         hardware = discover(sysfs_root, hostname=socket.gethostname(),
                             management_interfaces=params["management_interfaces"],
-                            detected_interfaces=params["detected_interfaces"],
+                            detected_interfaces=list(dict.fromkeys(
+                                params["detected_interfaces"] + (management["interfaces"] if management else []))),
                             overrides=params["overrides"], caller="host_state")
     except DiscoveryError as exc:
         module.fail_json(msg=str(exc), sysfs_root=sysfs_root)
@@ -396,7 +437,6 @@ def main():
     for note in notes:
         module.warn(note)
 
-    reader = Reader(module)
     patterns = (params["files"] if params["files"] is not None else hs.DEFAULT_FILES) + params["extra_files"]
     try:
         files = hs.read_files(patterns, params["root"])
@@ -439,8 +479,9 @@ def main():
         "gpu_driver": reader.gpu_driver(),
         "tools": reader.tools,
         "capacity": hs.read_capacity(params["root"]),
+        "management": management,
     }
-    module.exit_json(changed=False, host_state=state, discovery_warnings=notes)
+    module.exit_json(changed=False, host_state=state, discovery_warnings=notes, ansible_facts=network_facts)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,14 @@ def test_interfaces_with_address(address, expected):
 
 def test_filters_are_registered():
     assert set(FilterModule().filters()) == {"rail_map", "interfaces_with_address"}
+
+
+def test_management_from_facts_default_routes_then_the_connection_address():
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.management import management_from_facts
+
+    facts = {**FACTS, "default_ipv4": {"interface": "eno1", "address": "192.0.2.10"},
+             "default_ipv6": {"interface": "eno1"}}
+    assert management_from_facts(facts, "192.0.2.21") == {
+        "default_route": ["eno1"], "connection": ["bond-mgmt"], "interfaces": ["eno1", "bond-mgmt"]}
+    # No default route (an isolated provisioning network), a host name as the address: nothing found.
+    assert management_from_facts(FACTS, "dgx01.example") == {"default_route": [], "connection": [], "interfaces": []}

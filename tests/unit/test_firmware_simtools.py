@@ -133,8 +133,8 @@ def test_mlxfwreset_queries_every_card_before_resetting_any(host):
     run(roce_accl, {"devices": [{"device": DGX_RAILS[0], "fields": {"adaptive_routing_forced_en": 1}}]})
     hwstate.set_fault(host["root"], "mlxconfig_reject", DGX_RAILS[2])
     for check in (True, False):
-        failed = run(mlxfwreset, {"devices": [DGX_RAILS[0], "0000:99:00.0", DGX_RAILS[2]], "_ansible_check_mode": check},
-                     FailJson)
+        args = {"devices": [DGX_RAILS[0], "0000:99:00.0", DGX_RAILS[2]], "_ansible_check_mode": check}
+        failed = run(mlxfwreset, args, FailJson)
         assert set(failed["refused"]) == {"0000:99:00.0", DGX_RAILS[2]}
         assert "Failed to open device: 0000:99:00.0" in failed["refused"]["0000:99:00.0"]
         assert "does not support firmware reset" in failed["refused"][DGX_RAILS[2]]

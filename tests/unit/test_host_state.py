@@ -14,6 +14,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import host_state
 from module_harness import ExitJson, FailJson, patch_exits, run_module
 
 simhost = pytest.importorskip("simhost")
+REAL_RUN_COMMAND = basic.AnsibleModule.run_command  # before the fixtures patch it
 
 DPKG = (
     "doca-ofed\t2.9.0-1\thold\tinstalled\n"
@@ -281,3 +282,38 @@ def test_read_returns_the_capacity(sim):
     (proc / "cpuinfo").write_text(CPUINFO)
     (proc / "meminfo").write_text(MEMINFO)
     assert read(sim)["host_state"]["capacity"] == {"cpu": 3, "memory_mib": 2063732}
+
+
+def test_detect_management_collects_the_network_facts_in_the_same_read(sim, monkeypatch):
+    """The read collects Ansible's network facts itself (this machine's real ones: no separate gather) and counts
+    the default routes' interfaces and the one holding the connection address as management."""
+    import json
+    import subprocess
+
+    fake = basic.AnsibleModule.run_command
+
+    def run_command(self, argv, *args, **kwargs):
+        tool = argv[0].rsplit("/", 1)[-1] if isinstance(argv, list) else str(argv).split()[0].rsplit("/", 1)[-1]
+        if tool in ("ip", "ethtool"):  # the network fact collector's commands run for real
+            return REAL_RUN_COMMAND(self, argv, *args, **kwargs)
+        return fake(self, argv, *args, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None:
+                        None if name in ("nvidia-smi", "mstconfig") else
+                        (__import__("shutil").which(name) if name in ("ip", "ethtool") else f"/usr/bin/{name}"))
+    routes = json.loads(subprocess.run(["ip", "-j", "route", "show", "default"], capture_output=True, text=True,
+                                       check=True).stdout or "[]")
+    expected_default = [r["dev"] for r in routes if r.get("dev")][:1]
+    result = read(sim, detect_management=True, connection_address="127.0.0.1")
+    management = result["host_state"]["management"]
+    assert management["default_route"][:1] == expected_default
+    assert management["connection"] == ["lo"] and management["connection_address"] == "127.0.0.1"
+    assert management["interfaces"] == list(dict.fromkeys(management["default_route"] + ["lo"]))
+    facts = result["ansible_facts"]
+    assert facts["ansible_default_ipv4"].get("interface") == (expected_default or [None])[0]
+    assert "lo" in facts["ansible_interfaces"] and facts["ansible_distribution"]
+    # Without the option: no facts, no management entry.
+    plain = read(sim)
+    assert plain["ansible_facts"] == {} and plain["host_state"]["management"] is None
