@@ -138,17 +138,19 @@ def qos_plan(state, interfaces):
         return _run("invalid QoS (the module fails naming the netdev and field)")
     if current is None or any(entry["netdev"] not in current for entry in wanted):
         return _run("QoS not read (mlnx_qos missing at read time, or a netdev not read)")
-    changes, skipped = {}, {}
+    changes, left_alone = {}, {}
     for entry in wanted:
         diff, left = roce_qos.diff(current[entry["netdev"]], entry)
         if diff:
             changes[entry["netdev"]] = diff
         if left:
-            skipped[entry["netdev"]] = left
+            left_alone[entry["netdev"]] = left
     if changes:
         return _run("QoS differs", changes)
     names = [entry["netdev"] for entry in wanted]
     return {"run": False, "reason": "every RoCE netdev reads as wished", "changes": {},
             "result": {"changed": False, "interfaces": {n: {} for n in names},
                        "current": {n: current[n] for n in names},
-                       "dcbx_mode": {n: current[n].get("dcbx_mode") for n in names}, "skipped": skipped}}
+                       "dcbx_mode": {n: current[n].get("dcbx_mode") for n in names},
+                       # The module's key: a truthy "skipped" would make `is skipped` true for this result.
+                       "left_alone": left_alone}}

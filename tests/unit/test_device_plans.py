@@ -112,3 +112,11 @@ def test_qos_plan():
     assert set(plan["changes"]["ens1np0"]) == {"trust"}
     assert F["qos_plan"]({}, wish)["run"] is True
     assert F["qos_plan"](state, [{"netdev": "ens1np0", "rdma_device": "mlx5_0", "trust": "bogus"}])["run"] is True
+    # Firmware-controlled DCBX with another PFC: nothing to write, PFC left alone with the reason, under the key the
+    # roce_qos module returns (no "skipped": Ansible's `is skipped` test would be true for the result).
+    firmware = copy.deepcopy(state)
+    firmware["qos"]["ens1np0"].update(dcbx_mode="Firmware controlled", pfc=[0, 0, 0, 0, 1, 0, 0, 0])
+    left = F["qos_plan"](firmware, wish)
+    assert left["run"] is False and "skipped" not in left["result"]
+    assert "firmware controlled" in left["result"]["left_alone"]["ens1np0"]["pfc"]
+    assert same["result"]["left_alone"] == {}
