@@ -513,12 +513,12 @@ def test_6_allowed_domains_and_hostname_label():
 
 
 def _join_failure_message(stderr, **variables):
-    """Render the role's join-failure message as Ansible does, from roles/kubernetes_node/tasks/join.yml."""
+    """Render the role's join-failure message as Ansible does, from roles/kubernetes_node/tasks/join_new.yml."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
     loader = DataLoader()
-    task = next(t for t in loader.load_from_file(str(REPO / "roles" / "kubernetes_node" / "tasks" / "join.yml"))
+    task = next(t for t in loader.load_from_file(str(REPO / "roles" / "kubernetes_node" / "tasks" / "join_new.yml"))
                 if t["name"] == "Join | Report a failed join without the token")
     values = {"inventory_hostname": "hgx01", "kubernetes_node_join_token": "", "kubernetes_node_control_plane_host": "",
               "kubernetes_node_api_server": "10.0.0.1:6443", "__kubernetes_node_join": {"rc": 1, "stderr": stderr},
@@ -542,6 +542,20 @@ def test_10_refused_user_token_says_expired_and_which_variable():
 def test_10_refused_token_made_on_the_control_plane_names_that_host():
     msg = _join_failure_message(REFUSED, kubernetes_node_control_plane_host="cp01")
     assert "The token was created just now on cp01 (kubernetes_node_control_plane_host)" in msg
+
+
+@pytest.mark.parametrize("stderr", [
+    # kubeadm >= 1.2x discovery, after its retries (kubernetes-sigs/kueue#10296, kubernetes-sigs/kind#2798).
+    'error execution phase preflight: couldn\'t validate the identity of the API Server: could not find a JWS '
+    'signature in the cluster-info ConfigMap for token ID "abcdef"',
+    # kubeadm 1.9 (kubernetes/kubeadm#668).
+    '[discovery] Failed to connect to API Server "10.0.0.1:6443": there is no JWS signed token in the cluster-info '
+    'ConfigMap. This token id "aec65f" is invalid for this cluster, can\'t connect',
+])
+def test_10_a_token_unknown_at_discovery_is_refused_too(stderr):
+    msg = _join_failure_message(stderr, kubernetes_node_join_token="abcdef.0123456789abcdef")  # noqa: S106 - a fake token
+    assert "refused the bootstrap token, probably because it expired" in msg
+    assert "Set a fresh kubernetes_node_join_token" in msg
 
 
 def test_10_other_join_failures_get_no_token_hint():
