@@ -25,6 +25,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
     NvConfigError,
     config_of,
     pending_params,
+    unknown_current,
+    unknown_reason,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import plan as nv_plan
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import plan as vf_plan_of
@@ -65,9 +67,13 @@ def nv_config_plan(state, devices, skip_unsupported=False):
                        if param in info["params"]}
               for device, info in planned["devices"].items()}
     pending = {d: pending_params(blocks[d]) for d in sorted(planned["devices"]) if pending_params(blocks[d])}
+    # As the module says it: a wished parameter whose current value the tool does not print makes
+    # reboot_required unknown, treated as true, with the reason.
+    unknown = unknown_current(planned, blocks)
     return {"run": False, "reason": "every NV config setting is at its wish for next boot", "changes": {},
             "result": {"changed": False, "changes": {}, "config": config, "pending": pending,
-                       "reboot_required": bool(pending), "devices": planned["devices"],
+                       "reboot_required": bool(pending) or bool(unknown), "reboot_unknown": unknown,
+                       "reboot_reason": unknown_reason(unknown), "devices": planned["devices"],
                        "skipped_devices": {d: f"device refuses mlxconfig: {r}" for d, r in rejected.items()}}}
 
 

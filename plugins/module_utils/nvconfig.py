@@ -377,3 +377,26 @@ def check_set_output(text):
     if not result["applied"]:
         problems.append("mlxconfig did not print 'Applying... Done!'")
     return problems
+
+
+def unknown_current(planned, blocks):
+    """Per device the wished parameters whose current value the tool does not print (only a next-boot
+    column): whether a reboot is needed is unknown, and unknown is treated as needed."""
+    unknown = {}
+    for device, info in planned["devices"].items():
+        rows = (blocks.get(device) or {}).get("params", {})
+        names = [param for param, entry in info["params"].items()
+                 if not entry.get("hidden") and param in rows and rows[param].get("next_boot")
+                 and not rows[param].get("current")]
+        if names:
+            unknown[device] = sorted(names)
+    return unknown
+
+
+def unknown_reason(unknown):
+    """Why ``reboot_required`` is true although nothing is known to be pending (``unknown_current``), or None."""
+    if not unknown:
+        return None
+    where = "; ".join(f"{device}: {', '.join(params)}" for device, params in sorted(unknown.items()))
+    return (f"reboot_required is unknown, treated as true: mlxconfig prints no current value (only next boot) "
+            f"for {where}, so whether the next-boot values are in effect cannot be told")

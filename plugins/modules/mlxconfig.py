@@ -168,6 +168,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
     plan,
     query_devices,
     set_argv,
+    unknown_current,
+    unknown_reason,
     verify,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -192,28 +194,6 @@ def _predicted_pending(planned, blocks):
         if names:
             pending[device] = sorted(names)
     return pending
-
-
-def _unknown_current(planned, blocks):
-    """Per device the wished parameters whose current value the tool does not print (only a next-boot
-    column): whether a reboot is needed is unknown, and unknown is treated as needed."""
-    unknown = {}
-    for device, info in planned["devices"].items():
-        rows = (blocks.get(device) or {}).get("params", {})
-        names = [param for param, entry in info["params"].items()
-                 if not entry.get("hidden") and param in rows and rows[param].get("next_boot")
-                 and not rows[param].get("current")]
-        if names:
-            unknown[device] = sorted(names)
-    return unknown
-
-
-def _unknown_reason(unknown):
-    if not unknown:
-        return None
-    where = "; ".join(f"{device}: {', '.join(params)}" for device, params in sorted(unknown.items()))
-    return (f"reboot_required is unknown, treated as true: mlxconfig prints no current value (only next boot) "
-            f"for {where}, so whether the next-boot values are in effect cannot be told")
 
 
 def main():
@@ -265,10 +245,10 @@ def main():
 
     if module.check_mode or not changed:
         pending = _predicted_pending(planned, blocks)
-        unknown = _unknown_current(planned, blocks)
+        unknown = unknown_current(planned, blocks)
         module.exit_json(changed=changed, diff=diff, changes=planned["changes"],
                          reboot_required=bool(pending) or bool(unknown), pending=pending,
-                         reboot_unknown=unknown, reboot_reason=_unknown_reason(unknown),
+                         reboot_unknown=unknown, reboot_reason=unknown_reason(unknown),
                          skipped_devices=skipped, config=config_for(blocks), devices=planned["devices"])
 
     written = {}  # device -> {param: value} set for next boot so far
@@ -313,10 +293,10 @@ def main():
         module.fail_json(msg="mlxconfig: the change did not take: " + "; ".join(detail), changes=planned["changes"],
                          config=config_for(reread))
     pending = {device: pending_params(block) for device, block in reread.items() if pending_params(block)}
-    unknown = _unknown_current(planned, reread)
+    unknown = unknown_current(planned, reread)
     module.exit_json(changed=True, diff=diff, changes=planned["changes"],
                      reboot_required=bool(pending) or bool(unknown), pending=pending, reboot_unknown=unknown,
-                     reboot_reason=_unknown_reason(unknown),
+                     reboot_reason=unknown_reason(unknown),
                      skipped_devices=skipped, config=config_for(reread), devices=planned["devices"])
 
 

@@ -36,6 +36,24 @@ def test_nv_config_plan_no_change_returns_the_module_result(state):
     assert plan["result"]["config"][rail]["NUM_OF_VFS"]["next_boot"] == now
 
 
+def test_nv_config_plan_without_a_current_column_says_reboot_unknown_like_the_module(state):
+    """The read shows next boot only (tools that print no current column): next boot already holds the wish, so
+    nothing is written, and reboot_required is unknown - true, with the reason - as the mlxconfig module says."""
+    rail = _rail(state)
+    now = state["nv_config"][rail]["NUM_OF_VFS"]["next_boot"]
+    no_current = copy.deepcopy(state)
+    for row in no_current["nv_config_blocks"][rail]["params"].values():
+        row["current"] = None
+    plan = F["nv_config_plan"](no_current, [{"device": rail, "settings": {"NUM_OF_VFS": int(now)}}])
+    assert plan["run"] is False and plan["result"]["pending"] == {}
+    assert plan["result"]["reboot_required"] is True
+    assert plan["result"]["reboot_unknown"] == {rail: ["NUM_OF_VFS"]}
+    assert "unknown, treated as true: mlxconfig prints no current value" in plan["result"]["reboot_reason"]
+    # With the current column, no reason.
+    plain = F["nv_config_plan"](state, [{"device": rail, "settings": {"NUM_OF_VFS": int(now)}}])
+    assert plain["result"]["reboot_unknown"] == {} and plain["result"]["reboot_reason"] is None
+
+
 def test_nv_config_plan_change_shows_before_after(state):
     rail = _rail(state)
     plan = F["nv_config_plan"](state, [{"device": rail, "settings": {"NUM_OF_VFS": 3}}])
