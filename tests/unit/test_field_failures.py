@@ -498,8 +498,9 @@ def test_17_ib_write_bw_port_is_validated_before_use(monkeypatch, port):
 def test_6_label_domain_under_kubernetes_io_is_refused_at_render_time(domain):
     hw = {"gpus": [], "nics": [], "rails": [], "platform": {"product": "DGXH100"}}
     labels = k8s_filters.node_self_labels(hw, domain)
-    with pytest.raises(k8s_objects.K8sObjectsError, match=f"kubernetes_node_label_domain '{re.escape(domain)}'"):
+    with pytest.raises(k8s_objects.K8sObjectsError, match=f"kubernetes_node_label_domain '{re.escape(domain)}'") as err:
         k8s_filters.kubelet_node_labels(labels, "dgx01", domain)
+    assert str(err.value).startswith("node dgx01: kubernetes_node_labels: ")  # the node (host) and the variable
 
 
 def test_6_allowed_domains_and_hostname_label():
@@ -507,6 +508,12 @@ def test_6_allowed_domains_and_hostname_label():
     assert k8s_objects.kubelet_label_errors({"gpunode.example.com/x": "y"}, "gpunode.example.com") == []
     errors = k8s_objects.kubelet_label_errors({"kubernetes.io/hostname": "other"}, "gpunode.example.com")
     assert errors and "set by the kubelet itself" in errors[0]
+    # Through the filter the role renders with: refused naming the node and the variable.
+    with pytest.raises(k8s_objects.K8sObjectsError) as err:
+        k8s_filters.kubelet_node_labels({"kubernetes.io/hostname": "other", "gpunode.example.com/rack": "r1"},
+                                        "hgx01", "gpunode.example.com")
+    assert str(err.value) == ("node hgx01: kubernetes_node_labels: label 'kubernetes.io/hostname' is set by the "
+                              "kubelet itself (from the node name); do not set it in kubernetes_node_labels")
 
 
 # -- 10. an expired or invalid bootstrap token -----------------------------------------------------
