@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -435,6 +436,7 @@ def test_14_management_interface_that_does_not_exist_fails(dgx_root, monkeypatch
     result = run_module(nic_info_module.main, {"sysfs_root": str(dgx_root), "management_interfaces": ["bnod0"]},
                         FailJson)
     assert f"management_interfaces bnod0: no such interface under {dgx_root}/class/net" in result["msg"]
+    assert f"nic_info on {socket.gethostname()}: " in result["msg"]  # the host, then the variable
     assert "bond0" in result["msg"]  # the interfaces that do exist are listed
 
 
