@@ -25,6 +25,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import gpu_info as g
 from ansible_collections.mlplatform.gpunode.plugins.modules import ib_write_bw as ib_write_bw_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig as mlxconfig_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import nic_info as nic_info_module
+from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation as node_validation_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs as sriov_vfs_module
 from module_harness import FailJson, patch_exits, run_module
@@ -159,6 +160,21 @@ def test_1_node_validation_reads_qos_of_a_newer_build(hgx, newer_tools):
     qos = node_reads.read_qos(Module(), str(root), netdev, dev)  # node_validation and node_health share it
     assert "error" not in qos
     assert qos["trust"] == "dscp" and qos["pfc_priorities"] == [3]
+
+
+def test_1_node_validation_module_passes_the_qos_check_on_a_newer_build(hgx, newer_tools):
+    """The module itself, end to end on the newer mlnx_qos output: the QoS check of the RoCE rail passes (it
+    reported an error on this output before), with the values read."""
+    root, rails = hgx
+    netdev, dev = rails[0]
+    newer_tools.qos[netdev] = {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0]}
+    hw = run_module(nic_info_module.main, {"sysfs_root": str(root)})
+    hw = {k: hw[k] for k in ("platform", "gpus", "nics", "rails", "nvswitches", "gpus_without_rail")}
+    expect = {"qos": {"trust": "dscp", "pfc_priorities": [3]}}
+    result = run_module(node_validation_module.main, {"sysfs_root": str(root), "hw": hw, "expect": expect})
+    qos = [c for c in result["checks"] if c["check"] == "qos" and c["netdev"] == netdev]
+    assert len(qos) == 1 and qos[0]["status"] == "pass", qos
+    assert qos[0]["found"] == {"trust": "dscp", "pfc_priorities": [3]}
 
 
 # -- 2. ibdev2netdev through column -t -------------------------------------------------------------
