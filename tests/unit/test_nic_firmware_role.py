@@ -255,3 +255,17 @@ def test_failure_midway_is_recorded_in_nic_firmware_json(fleet):
     for device, params in result["written"].items():
         card = cards[device.rsplit(".", 1)[0]]["params"]
         assert all(str(card[p]["next_boot"]) == v for p, v in params.items() if p in card)
+
+
+def test_an_out_of_range_override_on_one_card_writes_no_card(fleet):
+    """Issue 16 item 11 through the role: card A gets NUM_OF_VFS 4 (a valid override), card B 9999. Every device is
+    checked against its own query before any write: the host fails naming card B, NUM_OF_VFS and the range, and no
+    card holds a new next-boot value (card A included)."""
+    good, bad = fleet["rails"][0]["pci_address"], fleet["rails"][-1]["pci_address"]
+    before = {card: {p: v["next_boot"] for p, v in c["params"].items()} for card, c in fleet["fake"]().cards.items()}
+    proc, _ = fleet["play"](nic_firmware_device_overrides={good: {"NUM_OF_VFS": 4}, bad: {"NUM_OF_VFS": 9999}})
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert bad in text and "NUM_OF_VFS" in text and "9999" in text and "out of range 0..127" in text, text[-3000:]
+    after = {card: {p: v["next_boot"] for p, v in c["params"].items()} for card, c in fleet["fake"]().cards.items()}
+    assert after == before
