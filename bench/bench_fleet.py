@@ -7,8 +7,9 @@ Ansible VariableManager as ``set_fact`` sets them, and each step runs as the rol
 
 - cluster_objects: the two ``set_fact`` expressions of roles/cluster_objects/tasks/build.yml,
   templated by Ansible's templar over ``hostvars`` (collecting every host, then building the objects);
-- bandwidth schedule: the expressions of roles/validation/tasks/bandwidth.yml (fabrics, then the
-  schedule), templated the same way;
+- bandwidth schedule: the validation_schedule action of roles/validation/tasks/bandwidth.yml over
+  ``hostvars`` (its arguments templated from the task), with the engine's handling of its registered
+  result (the queue from the worker, the register and callback copies);
 - fleet_contract: the action plugin's gathering over ``hostvars``, the comparison and the table;
 - report: the ``fleet_report`` action's code on the results directory the report stage leaves (fleet.json
   with every host's fabric, discovery result, contracts and judged ib_write_bw tests, and the Kueue
@@ -175,16 +176,33 @@ def cluster_objects_role(fleet: Fleet) -> dict:
 
 
 def schedule_role(fleet: Fleet) -> dict:
-    tasks = REPO / "roles" / "validation" / "tasks" / "bandwidth.yml"
-    addresses = _expressions(tasks, "Bandwidth | Collect the addresses of the play's hosts")
-    schedule = _expressions(tasks,
-                            "Bandwidth | Schedule the tests (every platform pair of each fabric, bounded fan-in)")
-    fabrics = fleet.template(schedule["__validation_fabrics"])
-    address_map = fleet.template(addresses["__validation_addresses"])
-    return fleet.template(schedule["__validation_schedule"], __validation_fabrics=fabrics,
-                          __validation_addresses=address_map, validation_bandwidth_forks=50,
-                          validation_bandwidth_base_port=18515, validation_bandwidth_timeout=60,
-                          validation_bandwidth_server_start_s=30)
+    """The bandwidth stage's schedule task as Ansible runs it: its arguments templated from
+    roles/validation/tasks/bandwidth.yml, the validation_schedule action run over ``hostvars``, then
+    what the engine does with a registered result of a run_once task: the worker's result crosses the
+    process queue (pickled), the strategy keeps a cleaned copy for ``register`` and the callbacks get
+    another one."""
+    import pickle
+    from types import SimpleNamespace
+
+    import yaml
+    from ansible.vars.clean import module_response_deepcopy, strip_internal_keys
+    from ansible_collections.mlplatform.gpunode.plugins.action.validation_schedule import ActionModule
+
+    tasks = yaml.safe_load((REPO / "roles" / "validation" / "tasks" / "bandwidth.yml").read_text(encoding="utf-8"))
+    task = next(t for t in tasks if t.get("name") == "Bandwidth | Schedule the tests (every platform pair of each "
+                                                       "fabric, bounded fan-in)")
+    role_vars = {"validation_bandwidth_forks": 50, "validation_bandwidth_base_port": 18515,
+                 "validation_bandwidth_timeout": 60, "validation_bandwidth_server_start_s": 30}
+    args = {k: fleet.template(v, **role_vars) if isinstance(v, str) else v
+            for k, v in task["mlplatform.gpunode.validation_schedule"].items()}
+    action = ActionModule(SimpleNamespace(args=args, async_val=0, check_mode=False,
+                                          action="mlplatform.gpunode.validation_schedule"),
+                          SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, fleet.loader, None)
+    result = action.run(task_vars={"hostvars": fleet.hostvars, "ansible_play_hosts": fleet.names})
+    result = pickle.loads(pickle.dumps(result))  # noqa: S301 - our own bytes, as the worker's queue carries them
+    registered = strip_internal_keys(module_response_deepcopy(result))  # the register copy
+    module_response_deepcopy(result)  # the callbacks' copy
+    return registered["schedule"]
 
 
 def contract_action(fleet: Fleet) -> dict:
@@ -268,7 +286,7 @@ def commit() -> str:
 
 
 STEPS = (("cluster_objects build (role expressions over hostvars)", "co_s"),
-         ("bandwidth schedule (role expressions over hostvars)", "schedule_s"),
+         ("bandwidth schedule (validation_schedule action over hostvars, registered)", "schedule_s"),
          ("fleet_contract (action gathering + compare + table)", "contract_s"),
          ("report (fleet_report action: load, build, render, write)", "report_s"))
 

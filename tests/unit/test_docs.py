@@ -21,6 +21,7 @@ PLUGINS = [
     ("module", "mlxconfig_info"),
     ("module", "roce_accl"),
     ("module", "fleet_contract"),
+    ("module", "validation_schedule"),
     ("module", "mlxfwreset"),
     ("filter", "firmware_contract"),
     ("module", "sriov_vfs"),

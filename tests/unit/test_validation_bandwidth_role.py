@@ -23,7 +23,7 @@ PLAY = """---
         tasks_from: bandwidth
     - name: Write what the stage decided
       ansible.builtin.copy:
-        content: "{{ {'schedule': __validation_schedule, 'pairs': __validation_pairs} | to_json }}"
+        content: "{{ {'schedule': __validation_plan['schedule'], 'pairs': __validation_pairs} | to_json }}"
         dest: "{{ out }}"
         mode: "0644"
       run_once: true
