@@ -328,7 +328,11 @@ def build(hosts: dict, settings: dict) -> dict:
                      "labels": dict(MANAGED_BY)},
         "data": {"config.json": json.dumps({"resourceList": resource_list}, indent=2, sort_keys=True)},
     }
-    net = ipaddress.ip_network(settings.get("rail_cidr", "10.220.0.0/16"))
+    try:
+        net = ipaddress.ip_network(settings.get("rail_cidr", "10.220.0.0/16"))
+    except ValueError as exc:
+        raise K8sObjectsError(f"cluster_objects_rail_cidr {settings.get('rail_cidr')!r} is not a network "
+                              f"such as 10.220.0.0/16 ({exc})") from None
     subnets = list(net.subnets(new_prefix=max(net.prefixlen, 24)))
     nads = []
     for rail in sorted(rail_pfs):

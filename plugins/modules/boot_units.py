@@ -201,6 +201,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import boot_units as bu
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 
 
 def _show(module, names):
@@ -243,6 +244,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "boot_units")
     host = socket.gethostname()
 
     def fail(errors, **extra):

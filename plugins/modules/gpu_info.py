@@ -156,6 +156,7 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import gpu_inventory
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -182,6 +183,7 @@ def main():
                        "nvidia_smi_path": {"type": "path"}},
         supports_check_mode=True,
     )
+    name_the_host(module, "gpu_info")
     root = module.params["sysfs_root"]
     smi = module.params["nvidia_smi_path"]
     if smi and not (os.path.isfile(smi) and os.access(smi, os.X_OK)):

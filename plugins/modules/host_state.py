@@ -255,6 +255,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery impor
     DiscoveryError,
     discover,
 )
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
@@ -416,6 +417,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "host_state")
     params = module.params
     sysfs_root = params["sysfs_root"]
     reader = Reader(module)

@@ -145,6 +145,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import perftest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
 
@@ -224,6 +225,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "ib_write_bw")
     params = module.params
     bad = [f"{kind}[{index}] (id {test['id']}, device {test['device']}).port: expected a TCP port 1..65535, "
            f"got {test['port']}"

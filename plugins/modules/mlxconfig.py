@@ -157,6 +157,7 @@ pending:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import values_equal
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     NvConfigError,
@@ -207,6 +208,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "mlxconfig")
     binary = _binary(module)
 
     def run(argv):

@@ -90,6 +90,7 @@ skipped_devices:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
     pending_params,
@@ -106,6 +107,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "mlxconfig_info")
     binary = module.get_bin_path("mlxconfig") or module.get_bin_path("mstconfig", required=True)
     try:
         blocks, rejected = query_devices(

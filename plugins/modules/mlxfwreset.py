@@ -64,12 +64,14 @@ reset:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import device_card
 
 
 def main():
     module = AnsibleModule(argument_spec={"devices": {"type": "list", "elements": "str", "required": True}},
                            supports_check_mode=True)
+    name_the_host(module, "mlxfwreset")
     cards = {}
     for device in sorted(module.params["devices"], key=device_card):
         cards.setdefault(device_card(device)[0], device)

@@ -313,6 +313,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery impor
     DiscoveryError,
     discover,
 )
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 
 
 def main():
@@ -322,6 +323,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "nic_info")
     root = module.params["sysfs_root"]
     try:
         result = discover(root, hostname=socket.gethostname(),

@@ -182,6 +182,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health_read import HealthReadError, observe
 
 
@@ -204,6 +205,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "node_health")
     params = module.params
     hw = params["hw"]
     for key in ("gpus", "rails"):

@@ -154,6 +154,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, node_reads, nvidia_smi
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
@@ -253,6 +254,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "node_validation")
     hw = module.params["hw"]
     expect = {k: v for k, v in (module.params["expect"] or {}).items() if v not in (None, {}, "", False)}
     for key in ("gpus", "rails", "nics"):

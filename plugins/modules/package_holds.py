@@ -67,6 +67,7 @@ held:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_state import DPKG_FORMAT, parse_dpkg_records
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.package_holds import plan_holds
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -88,6 +89,7 @@ def _query(module, dpkg_query, names):
 def main():
     module = AnsibleModule(argument_spec={"names": {"type": "list", "elements": "str", "required": True}},
                            supports_check_mode=True)
+    name_the_host(module, "package_holds")
     names = [n.strip() for n in module.params["names"]]
     bad = [n for n in names if not n or any(c.isspace() for c in n)]
     if bad:

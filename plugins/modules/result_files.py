@@ -65,6 +65,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 
 
 def main():
@@ -76,6 +77,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "result_files")
     path, patterns, limit = module.params["path"], module.params["patterns"], module.params["max_bytes"]
     if limit < 1:
         module.fail_json(msg=f"result_files: max_bytes must be a positive number of bytes, got {limit}")

@@ -97,6 +97,7 @@ skipped_devices:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import (
     get_argv,
     parse_get,
@@ -137,6 +138,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "roce_accl")
     binary = module.get_bin_path("mlxreg", required=True)
     wanted = module.params["devices"]
     read, refused = _read(module, binary, [entry["device"] for entry in wanted])

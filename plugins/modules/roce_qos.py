@@ -173,6 +173,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
 
@@ -252,6 +253,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "roce_qos")
     host = socket.gethostname()
     root = module.params["sysfs_root"]
     runner = Runner(module, root, host)

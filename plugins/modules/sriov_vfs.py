@@ -100,6 +100,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import sriov
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 
 
 def main():
@@ -112,6 +113,7 @@ def main():
         },
         supports_check_mode=True,
     )
+    name_the_host(module, "sriov_vfs")
     root = module.params["sysfs_root"]
     host = socket.gethostname()
 

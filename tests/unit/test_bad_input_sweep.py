@@ -9,21 +9,29 @@ accepted in silence.
 Modules run in-process (module_harness). Roles are swept at the level where each check lives
 without a playbook run: the types of every role variable through the role's own
 ``meta/argument_specs.yml`` (what ansible-core validates at role start), and misspelled variables
-through the ``unknown_variables`` filter the preflight tasks use. Role checks that need a play
-(unknown role/fabric keys, contradictions) are covered by the role tests named in README.md.
+through the ``unknown_variables`` filter the preflight tasks use. The roles' own checks (ranges,
+choices, contradictions, keys that match nothing) are swept in test_role_input_sweep.py, in one play.
+The controller-side action plugins run in-process with a task's arguments.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import fake_mft
 import pytest
 import yaml
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils import basic
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.mlplatform.gpunode.plugins.action import fleet_contract as fleet_contract_action
+from ansible_collections.mlplatform.gpunode.plugins.action import fleet_report as fleet_report_action
+from ansible_collections.mlplatform.gpunode.plugins.action import role_variables as role_variables_action
+from ansible_collections.mlplatform.gpunode.plugins.action import validation_schedule as validation_schedule_action
 from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
 from ansible_collections.mlplatform.gpunode.plugins.modules import (
     boot_units,
@@ -364,11 +372,143 @@ def test_the_collections_own_files_set_no_variable_a_role_would_warn_about():
         assert set(_published(role)) <= names, f"{role}: a published name is set nowhere"
 
 
+# -- action plugins (controller side): run in-process with a task's arguments ------------------
+
+HOST = socket.gethostname()
+
+
+def test_module_errors_name_the_host(env, monkeypatch):
+    """Past Ansible's own argument checks (a wrong type or an unknown key refused while the module object is built;
+    Ansible's ``fatal: [host]`` names the host there), a module's error says which host it ran on
+    (module_utils/host_errors.py): the message travels without ``fatal: [host]`` (registered results, the run
+    summary, the hook's log)."""
+    built = []
+    init = basic.AnsibleModule.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(True)
+
+    monkeypatch.setattr(basic.AnsibleModule, "__init__", record)
+    named = 0
+    for name, module, _kind, build, _needle in CASES:
+        built.clear()
+        args = {"sysfs_root": str(env["root"])} if "sysfs_root" in _spec_keys(module) else {}
+        args.update(build(env))
+        msg = run_module(module.main, args, FailJson)["msg"]
+        if built:
+            assert f" on {HOST}: " in msg, (name, msg)
+            named += 1
+    assert named >= len(CASES) // 2  # most cases get past the argument checks
+
+
+def _action(plugin, args, role_path=None):
+    """An action plugin as the task executor builds it, for one task's arguments."""
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False,
+                           action=f"mlplatform.gpunode.{plugin.__name__.rsplit('.', 1)[-1]}",
+                           _role=SimpleNamespace(_role_path=role_path) if role_path else None)
+    return plugin.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)
+
+
+class _HostVars(dict):
+    def __init__(self, hosts):
+        super().__init__({h: dict(v) for h, v in hosts.items()})
+        self._variable_manager = SimpleNamespace(_nonpersistent_fact_cache=hosts, _fact_cache={})
+
+
+def _contract(value):
+    return [{"scope": "rail", "rail": 0, "pci_address": RAIL, "netdev": "eth0",
+             "setting": "roce_accl.adaptive_routing_forced_en", "value": value}]
+
+
+def _hw():
+    return {"platform": {"vendor": "NVIDIA", "product": "DGXH100"},
+            "rails": [{"rail": 0, "rdma_device": "mlx5_0", "pci_address": RAIL, "netdev": "eth0", "speed_gbps": 400}]}
+
+
+ACTION_CASES = [
+    # (id, plugin, kind, args, task vars builder, needle)
+    ("role_variables-prefix", role_variables_action, "wrong type", {"prefix": 5}, lambda t: {},
+     "prefix must be a role prefix"),
+    ("role_variables-published", role_variables_action, "wrong type", {"prefix": "ofed_", "published": "x"},
+     lambda t: {}, "published must be a list"),
+    ("role_variables-key", role_variables_action, "unknown key", {"prefix": "ofed_", "publish": []}, lambda t: {},
+     "Invalid options for mlplatform.gpunode.role_variables: publish"),
+    ("role_variables-specs", role_variables_action, "missing path", {"prefix": "ofed_"}, lambda t: {},
+     "cannot read the options of"),
+    ("fleet_contract-sources", fleet_contract_action, "wrong type", {"sources": "nic_firmware_contract"},
+     lambda t: {"hostvars": _HostVars({"a": {}}), "ansible_play_hosts": ["a"]}, "sources must be a list"),
+    ("fleet_contract-key", fleet_contract_action, "unknown key", {"fail_on_drfit": False},
+     lambda t: {"hostvars": _HostVars({"a": {}}), "ansible_play_hosts": ["a"]},
+     "Invalid options for mlplatform.gpunode.fleet_contract: fail_on_drfit"),
+    ("fleet_contract-entry", fleet_contract_action, "wrong type", {"output": "{out}/contract.json"},
+     lambda t: {"hostvars": _HostVars({"a": {"nic_firmware_contract": [{"setting": "x"}]}}),
+                "ansible_play_hosts": ["a"]}, "a: nic_firmware_contract[0]"),
+    ("fleet_contract-not-list", fleet_contract_action, "wrong type", {"output": "{out}/contract.json"},
+     lambda t: {"hostvars": _HostVars({"a": {"roce_qos_contract": {"setting": "x"}}}), "ansible_play_hosts": ["a"]},
+     "a: roce_qos_contract must be a list of entries, got dict"),
+    ("fleet_report-input", fleet_report_action, "missing path", {"input": "{out}/nope"}, lambda t: {},
+     "is not a directory"),
+    ("fleet_report-no-input", fleet_report_action, "missing path", {}, lambda t: {},
+     "input (the results directory) is required"),
+    ("fleet_report-key", fleet_report_action, "unknown key", {"input": "{out}", "outptu": "x"}, lambda t: {},
+     "Invalid options for mlplatform.gpunode.fleet_report: outptu"),
+    ("fleet_report-escape", fleet_report_action, "wrong type",
+     {"input": "{out}", "host_files": {"a": {"files": {"../../x.json": {"content": "{}"}}}}}, lambda t: {},
+     "is not a plain file or host name"),
+    ("fleet_report-not-text", fleet_report_action, "wrong type",
+     {"input": "{out}", "host_files": {"a": {"files": {"ok.json": {"content": "{}"}, "b.json": {"content": 5}}}}},
+     lambda t: {}, "a: b.json: the content is not text"),
+    ("validation_schedule-range", validation_schedule_action, "out of range", {"forks": 0},
+     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
+     "forks 0 is out of range 1-10000"),
+    ("validation_schedule-port", validation_schedule_action, "out of range", {"base_port": 70000},
+     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
+     "base_port 70000 is out of range 1-65535"),
+    ("validation_schedule-hw", validation_schedule_action, "missing path", {},
+     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}, "b": {}}), "ansible_play_hosts": ["a", "b"]},
+     "b: gpunode_hw is not a discovery result with rails"),
+    ("validation_schedule-address", validation_schedule_action, "missing path", {},
+     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw(), "__validation_address": "10.0.0.1"},
+                                       "b": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a", "b"]},
+     "no __validation_address for server host(s) b"),
+]
+
+
+def _tree(path):
+    return sorted((str(p.relative_to(path)), p.read_bytes() if p.is_file() else b"") for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize(("plugin", "kind", "args", "task_vars", "needle"), [c[1:] for c in ACTION_CASES],
+                         ids=[c[0] for c in ACTION_CASES])
+def test_action_bad_input_is_a_clear_error_with_nothing_written(tmp_path, plugin, kind, args, task_vars, needle):
+    out = tmp_path / "results"
+    out.mkdir()
+    args = {k: v.format(out=out) if isinstance(v, str) else v for k, v in args.items()}
+    before = _tree(tmp_path)
+    action = _action(plugin, args, role_path=str(tmp_path / "no-role"))
+    try:
+        result = action.run(task_vars=task_vars(tmp_path))
+    except AnsibleActionFail as exc:
+        msg = exc.message
+    else:
+        if not result.get("failed"):
+            OUTCOMES["accepted_in_silence"] += 1
+        assert result.get("failed"), f"{kind}: accepted: {result}"
+        msg = result["msg"]
+    if _tree(tmp_path) != before:
+        OUTCOMES["half_applied"] += 1
+    assert _tree(tmp_path) == before, f"{kind}: something was written"
+    assert needle in msg, msg
+    OUTCOMES["clear_error"] += 1
+
+
 def test_sweep_counts_zero_half_applied_zero_silent(request):
     """Runs last (file order): the figures README.md quotes. Every module case that ran counted as a clear error, its
     message checked (-k may deselect some)."""
     ran = [item for item in request.session.items
-           if item.originalname == "test_module_bad_input_is_a_clear_error_with_nothing_written"]
+           if item.originalname in ("test_module_bad_input_is_a_clear_error_with_nothing_written",
+                                    "test_action_bad_input_is_a_clear_error_with_nothing_written")]
     assert OUTCOMES["half_applied"] == 0
     assert OUTCOMES["accepted_in_silence"] == 0
     assert OUTCOMES["clear_error"] == len(ran)  # all of CASES in a full run (make unit: --dist loadfile)

@@ -6,11 +6,15 @@ refuse the tool (skipped or failing).
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig, mlxconfig_info, roce_accl
 from fake_mft import FakeMft
 from module_harness import ExitJson, FailJson, patch_exits, run_module
+
+HOST = socket.gethostname()  # every module error names the host (module_utils/host_errors.py)
 
 RAIL = "0000:18:00.0"
 PORTS = ["0000:29:00.0", "0000:29:00.1"]
@@ -120,14 +124,14 @@ def test_refusing_device_fails_naming_it_unless_skipped(fake):
 def test_value_that_does_not_take_fails(fake):
     fake.not_taking[RAIL] = {"NUM_OF_VFS"}
     result = run(mlxconfig, {"devices": [{"device": RAIL, "settings": COMPUTE}]}, FailJson)
-    assert result["msg"] == ("mlxconfig: the change did not take: "
+    assert result["msg"] == (f"mlxconfig on {HOST}: the change did not take: "
                              "0000:18:00.0: NUM_OF_VFS next boot is 16 after writing 8")
 
 
 def test_parse_error_fails(fake, monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: (0, "Segmentation fault\n", ""))
     result = run(mlxconfig, {"devices": [{"device": RAIL, "settings": COMPUTE}]}, FailJson)
-    assert result["msg"].startswith("mlxconfig: cannot read the query output: mlxconfig: expected")
+    assert result["msg"].startswith(f"mlxconfig on {HOST}: cannot read the query output: mlxconfig: expected")
 
 
 def test_hidden_parameter_written_after_advanced_pci_settings(fake):
@@ -179,7 +183,7 @@ def test_roce_accl_change_no_change_and_check(fake):
 def test_roce_accl_did_not_take_and_bad_field(fake):
     fake.not_taking[RAIL] = {"adaptive_routing_forced_en"}
     failed = run(roce_accl, {"devices": [{"device": RAIL, "fields": {"adaptive_routing_forced_en": 1}}]}, FailJson)
-    assert failed["msg"] == ("roce_accl: the change did not take: "
+    assert failed["msg"] == (f"roce_accl on {HOST}: the change did not take: "
                              "0000:18:00.0: adaptive_routing_forced_en reads 0x0 after writing 0x1")
     bad = run(roce_accl, {"devices": [{"device": RAIL, "fields": {"adaptive_routing": 1}}]}, FailJson)
     assert "the ROCE_ACCL register has no field 'adaptive_routing'" in bad["msg"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 
 import pytest
 from ansible.module_utils import basic
@@ -12,6 +13,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_sta
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.modules import host_state
 from module_harness import ExitJson, FailJson, patch_exits, run_module
+
+HOST = socket.gethostname()  # every module error names the host (module_utils/host_errors.py)
 
 simhost = pytest.importorskip("simhost")
 REAL_RUN_COMMAND = basic.AnsibleModule.run_command  # before the fixtures patch it
@@ -237,7 +240,7 @@ def test_check_mode_reads_the_same(sim):
 
 def test_bad_sysfs_root_fails(sim, tmp_path):
     result = run_module(host_state.main, {"sysfs_root": str(tmp_path / "nope")}, FailJson)
-    assert result["msg"].startswith("host_state: ")
+    assert result["msg"].startswith(f"host_state on {HOST}: ")
     assert ExitJson is not None
 
 

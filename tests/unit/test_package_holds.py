@@ -5,6 +5,8 @@ the format the module asks for (dpkg-query(1): unknown names go to stderr and ma
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
@@ -12,6 +14,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import package_
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.modules import package_holds
 from module_harness import FailJson, patch_exits, run_module
+
+HOST = socket.gethostname()  # every module error names the host (module_utils/host_errors.py)
 
 
 @pytest.fixture
@@ -105,7 +109,7 @@ def test_a_name_that_is_not_installed_fails_and_nothing_is_held(dpkg):
 def test_a_hold_that_does_not_stick_fails_naming_the_package(dpkg):
     dpkg["state"]["sticky"] = False
     result = run_module(package_holds.main, {"names": ["nvidia-driver-570-server-open"]}, expect=FailJson)
-    assert result["msg"] == "package_holds: the hold did not stick for nvidia-driver-570-server-open"
+    assert result["msg"] == f"package_holds on {HOST}: the hold did not stick for nvidia-driver-570-server-open"
 
 
 def test_a_blank_name_is_refused(dpkg):

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 
 import pytest
 from ansible_collections.mlplatform.gpunode.plugins.action.fleet_report import write_host_files
 from ansible_collections.mlplatform.gpunode.plugins.modules import result_files
 from module_harness import FailJson, patch_exits, run_module
+
+HOST = socket.gethostname()  # every module error names the host (module_utils/host_errors.py)
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +40,7 @@ def test_a_missing_directory_has_no_files(tmp_path):
 def test_a_file_over_the_limit_or_not_text_fails_naming_it(tmp_path):
     (tmp_path / "big.json").write_text("x" * 100)
     result = run_module(result_files.main, {"path": str(tmp_path), "max_bytes": 10}, expect=FailJson)
-    assert result["msg"] == f"result_files: {tmp_path / 'big.json'} is larger than max_bytes (10 bytes)"
+    assert result["msg"] == f"result_files on {HOST}: {tmp_path / 'big.json'} is larger than max_bytes (10 bytes)"
     (tmp_path / "big.json").unlink()
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe")
     result = run_module(result_files.main, {"path": str(tmp_path)}, expect=FailJson)
