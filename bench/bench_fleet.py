@@ -11,13 +11,17 @@ Ansible VariableManager as ``set_fact`` sets them, and each step runs as the rol
   ``hostvars`` (its arguments templated from the task), with the engine's handling of its registered
   result (the queue from the worker, the register and callback copies);
 - fleet_contract: the action plugin's gathering over ``hostvars``, the comparison and the table;
-- report: the ``fleet_report`` action's code on the results directory the report stage leaves (fleet.json
-  with every host's fabric, discovery result, contracts and judged ib_write_bw tests, and the Kueue
-  objects): load, build, render, write.
+- report: the ``fleet_report`` task of playbooks/report.yml (its arguments from the playbook) over the facts
+  site.yml leaves: each host's fabric, contracts, discovery result, validation_result (judged ib_write_bw
+  tests), nic_firmware_result and the registered result_files read (the text of discovery.json,
+  validation.json, nic_firmware.json and reboot.json), and the Kueue objects. It records them in a results
+  directory (fleet.json, hosts/<host>/*.json) and renders report.html, report.md and report.json: into an
+  empty directory (a first run, every file written), then again (a re-run, every file compared, none written).
 
 Floor: serializing the same facts to JSON once (what any controller-side step that reads every
-host's facts pays). Each step should stay within 2x its floor, and time at 4,096 / time at 1,024
-within 5.
+host's facts pays). The report reads more than the facts the other steps read (the judged tests, every
+result file's text, the Kueue objects), so it has its own floor: serializing what it reads. Each step
+should stay within 2x its floor, and time at 4,096 / time at 1,024 within 5.
 
 Writes its own section of BENCHMARKS.md between the markers below, keeping every other section.
 Usage: nice python bench/bench_fleet.py [--hosts 1024,4096] [--output BENCHMARKS.md]
@@ -146,8 +150,8 @@ class Fleet:
         self.loader = DataLoader()
         self.inventory = InventoryManager(loader=self.loader, sources=[])
         self.inventory.add_group("gpu_nodes")
-        self.facts = {}
-        vm = VariableManager(loader=self.loader, inventory=self.inventory)
+        self.facts, self.facts_cache = {}, {}
+        vm = self.vm = VariableManager(loader=self.loader, inventory=self.inventory)
         for name in self.names:
             self.inventory.add_host(name, group="gpu_nodes")
             entries = contract_hosts[name]["entries"]
@@ -159,6 +163,7 @@ class Fleet:
             vm.set_host_facts(name, {"processor_vcpus": 224, "memtotal_mb": 2097152})
             vm.set_nonpersistent_facts(name, facts)
             self.facts[name] = facts
+            self.facts_cache[name] = dict(facts)
         self.hostvars = HostVars(inventory=self.inventory, variable_manager=vm, loader=self.loader)
 
     def template(self, expression: str, **variables):
@@ -218,32 +223,66 @@ def contract_action(fleet: Fleet) -> dict:
     return compared
 
 
-def report_inputs(fleet: Fleet, schedule: dict, workdir: Path) -> dict:
-    """The results directory the report stage leaves: fleet.json with every host's fabric, discovery
-    result, contracts and validation (its ib_write_bw tests judged from a measurement of 92-99% of
-    line rate, one test in 512 at 30%), and the Kueue objects cluster_objects built."""
+def report_facts(fleet: Fleet, schedule: dict) -> dict:
+    """What site.yml's report stage finds for each host, published in the fleet's variable manager: its
+    validation_result (its ib_write_bw tests judged from a measurement of 92-99% of line rate, one test in 512
+    at 30%), its nic_firmware_result (the NV config read of every rail, the ROCE_ACCL fields, the contract), and
+    the registered result_files read (__report_results: the text of discovery.json, validation.json,
+    nic_firmware.json and reboot.json, written as the roles write them, to_nice_json). Returns, per host, the
+    facts the report reads (for its floor)."""
     from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
 
     results = {t["id"]: {"gbps": (t["line_rate_gbps"] or 400) * (0.3 if k % 512 == 7 else 0.92 + (k % 8) / 100),
                          "error": None} for k, t in enumerate(schedule["tests"])}
     pairs = validation.judge_pairs(schedule["tests"], results, 90)
-    fleet_json = {"hosts": {h: {"fabric": f["gpunode_fabric"], "hw": f["gpunode_hw"], "contracts": {
-        "nic_firmware_contract": f["nic_firmware_contract"], "roce_qos_contract": f["roce_qos_contract"]},
-        "validation": {"host": h, "passed": not any(p["status"] == "fail" for p in pairs.get(h, [])), "checks": [],
-                       "pairs": pairs.get(h, []), "taint": "removed"}}
-        for h, f in fleet.facts.items()}, "kueue": fleet.kueue,
-        "run": {"id": "run-bench", "time": "2026-12-01 00:00:00 UTC"}}
-    (workdir / "fleet.json").write_text(json.dumps(fleet_json), encoding="utf-8")
-    return fleet_json
+    reboot = {"attempts": 1, "consent": True, "deferred": False, "max_attempts": 2, "not_applied": {},
+              "reasons": ["nic_firmware_reboot_required"], "rebooted": True, "rebooting": False, "required": False,
+              "strategy": "power_cycle", "units": ["Result=success\nLoadState=loaded\nActiveState=active"]}
+    read = {}
+    for host, f in fleet.facts.items():
+        passed = not any(p["status"] == "fail" for p in pairs.get(host, []))
+        result = {"host": host, "passed": passed, "failures": [], "checks": [], "pairs": pairs.get(host, []),
+                  "taint": "removed"}
+        rails = f["gpunode_hw"]["rails"]
+        nic_firmware = {
+            "fabric": f["gpunode_fabric"], "transport": "roce", "reboot_required": False, "pending": {},
+            "reboot_reason": None, "skipped": {}, "not_in_effect": {},
+            "config": {r["pci_address"]: {k: {"default": v, "current": v, "next_boot": v} for k, v in NV.items()}
+                       for r in rails},
+            "roce_accl": {r["pci_address"]: {"adaptive_routing_forced_en": 1} for r in rails},
+            "contract": f["nic_firmware_contract"]}
+        files = {"discovery.json": f["gpunode_hw"], "validation.json": result, "nic_firmware.json": nic_firmware,
+                 "reboot.json": reboot}
+        registered = {"changed": False, "failed": False, "files": {
+            name: {"content": json.dumps(data, indent=4, sort_keys=True) + "\n"} for name, data in files.items()}}
+        published = {"validation_result": result, "nic_firmware_result": nic_firmware, "__report_results": registered}
+        fleet.vm.set_nonpersistent_facts(host, published)
+        fleet.facts_cache[host].update(published)
+        read[host] = {k: fleet.facts_cache[host][k] for k in (
+            "gpunode_fabric", "gpunode_hw", "nic_firmware_contract", "roce_qos_contract", *published)}
+    return read
 
 
-def report_action(workdir: Path) -> int:
-    """What the mlplatform.gpunode.fleet_report action runs: load the results directory, build,
-    render, write report.html, report.md and report.json."""
-    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import write_report
+def report_action(fleet: Fleet, workdir: Path) -> int:
+    """The report stage's task as playbooks/report.yml runs it: the fleet_report action over the play's facts,
+    recording them in the results directory and rendering report.html, report.md and report.json."""
+    from types import SimpleNamespace
 
-    written = write_report(workdir, workdir / "out")
-    return (workdir / "out" / "report.html").stat().st_size if written else 0
+    import yaml
+    from ansible_collections.mlplatform.gpunode.plugins.action.fleet_report import ActionModule
+
+    plays = yaml.safe_load((REPO / "playbooks" / "report.yml").read_text(encoding="utf-8"))
+    task = next(t for play in plays for t in play["tasks"] if "mlplatform.gpunode.fleet_report" in t)
+    args = dict(task["mlplatform.gpunode.fleet_report"])
+    args.update(input=str(workdir), hosts=fleet.names, sources=plays[1]["vars"]["gpunode_report_contract_sources"],
+                kueue=fleet.kueue, run={"id": "run-bench", "time": "2026-12-01 00:00:00 UTC"})
+    action = ActionModule(SimpleNamespace(args=args, async_val=0, check_mode=False,
+                                          action="mlplatform.gpunode.fleet_report"),
+                          SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, fleet.loader, None)
+    result = action.run(task_vars={"hostvars": fleet.hostvars, "ansible_play_hosts_all": fleet.names})
+    if result.get("failed"):
+        raise RuntimeError(result.get("msg"))
+    return (workdir / "report.html").stat().st_size
 
 
 def timed(func, *args) -> tuple[float, object]:
@@ -266,11 +305,13 @@ def run(n: int) -> dict:
     out["ports"], out["waves"] = schedule["port_range"], schedule["waves"]
     out["contract_s"], compared = timed(contract_action, fleet)
     out["drift_rows"] = len(compared["drift"])
+    read = report_facts(fleet, schedule)
+    # the report reads more than the facts above (the judged tests, the result files, the Kueue objects): its
+    # own floor too
+    out["report_floor_s"], _ = timed(lambda: json.dumps({"hosts": read, "kueue": fleet.kueue}))
     with tempfile.TemporaryDirectory() as tmp:
-        results = report_inputs(fleet, schedule, Path(tmp))
-        # the report reads more than the facts (the judged tests, the Kueue objects): its own floor too
-        out["report_floor_s"], _ = timed(lambda: json.dumps(results))
-        out["report_s"], out["report_bytes"] = timed(report_action, Path(tmp))
+        out["report_s"], out["report_bytes"] = timed(report_action, fleet, Path(tmp))
+        out["report_rerun_s"], _ = timed(report_action, fleet, Path(tmp))
     return out
 
 
@@ -288,7 +329,10 @@ def commit() -> str:
 STEPS = (("cluster_objects build (role expressions over hostvars)", "co_s"),
          ("bandwidth schedule (validation_schedule action over hostvars, registered)", "schedule_s"),
          ("fleet_contract (action gathering + compare + table)", "contract_s"),
-         ("report (fleet_report action: load, build, render, write)", "report_s"))
+         ("report, first run (fleet_report action from the facts: record, build, render, write)", "report_s"),
+         ("report, re-run (the same; every file compared, none written)", "report_rerun_s"))
+# The floor each step is judged against: the report's is serializing what it reads.
+FLOOR_OF = {"report_s": "report_floor_s", "report_rerun_s": "report_floor_s"}
 
 
 def section(results: list[dict]) -> str:
@@ -303,7 +347,10 @@ def section(results: list[dict]) -> str:
         + " hosts (half DGX H100, half HGX H100 discovery results of the simulator's profiles, 8 rails each, "
         "4 fabrics; every 97th host has adaptive routing off on rail 2). Each host's facts are set in a real "
         "Ansible VariableManager as set_fact sets them; each step runs as the role runs it (its task "
-        "expressions templated over hostvars). Floor: serializing the same facts to JSON once, in the same run.",
+        "expressions templated over hostvars, or its action over hostvars with its arguments from the task). "
+        "Floor: serializing the same facts to JSON once, in the same run; the report reads more (the judged "
+        "tests, the text of every host's result files, the Kueue objects), and is judged against serializing "
+        "what it reads.",
         "",
         "| step | " + " | ".join(f"{r['hosts']:,} hosts: time | ÷ floor" for r in results)
         + (f" | {large['hosts']:,} ÷ {small['hosts']:,} |" if len(results) > 1 else " |"),
@@ -314,18 +361,21 @@ def section(results: list[dict]) -> str:
     for label, key in STEPS:
         lines.append(f"| {label} | " + " | ".join(f"{r[key]:.2f} s | {r[key] / r['floor_s']:.2f}×" for r in results)
                      + (f" | {large[key] / small[key]:.2f} |" if len(results) > 1 else " |"))
-    lines.append("| JSON floor of the report's own input (facts + judged tests + Kueue objects) | "
+    lines.append("| JSON floor of the report's own input (facts + judged tests + result files + Kueue objects) | "
                  + " | ".join(f"{r['report_floor_s']:.2f} s | {r['report_floor_s'] / r['floor_s']:.2f}×"
                               for r in results)
                  + (f" | {large['report_floor_s'] / small['report_floor_s']:.2f} |" if len(results) > 1 else " |"))
-    lines.append("| report ÷ its own input's floor | "
-                 + " | ".join(f"| {r['report_s'] / r['report_floor_s']:.2f}×" for r in results)
-                 + (" | |" if len(results) > 1 else " |"))
+    for label, key in STEPS:
+        if key in FLOOR_OF:
+            lines.append(f"| {label.split(' (')[0]} ÷ its own input's floor | "
+                         + " | ".join(f"| {r[key] / r[FLOOR_OF[key]]:.2f}×" for r in results)
+                         + (" | |" if len(results) > 1 else " |"))
     verdicts = []
     for label, key in STEPS:
-        worst = max(r[key] / r["floor_s"] for r in results)
+        worst = max(r[key] / r[FLOOR_OF.get(key, "floor_s")] for r in results)
         growth = large[key] / small[key] if len(results) > 1 else None
-        verdicts.append(f"{label.split(' (')[0]}: worst {worst:.2f}× its floor "
+        floor = "its own input's floor" if key in FLOOR_OF else "its floor"
+        verdicts.append(f"{label.split(' (')[0]}: worst {worst:.2f}× {floor} "
                         f"({'meets' if worst <= 2 else 'misses'} ≤ 2×)"
                         + (f", {large['hosts']:,} ÷ {small['hosts']:,} = {growth:.2f} "
                            f"({'meets' if growth <= 5 else 'misses'} ≤ 5)" if growth is not None else ""))

@@ -9,7 +9,18 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import ReportInputError, write_report
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (
+    RESULT_FACTS,
+    ReportInputError,
+    inputs_from_facts,
+    write_fleet_json,
+    write_report,
+)
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
+
+# The contract facts the roles publish (the fleet_contract action's default sources).
+CONTRACT_SOURCES = ("discovery_contract", "ofed_contract", "gpu_driver_contract", "nic_firmware_contract",
+                    "sriov_contract", "roce_qos_contract")
 
 
 def _plain(name, what):
@@ -42,30 +53,68 @@ def write_host_files(source, host_files):
                 raise ValueError(f"{host}: {name}: the content is not text")
             planned.append((folder, os.path.join(folder, _plain(name, f"{host}: file")), text.encode("utf-8")))
     written = []
+    present: dict[str, set] = {}
     for folder, path, data in planned:
-        try:
+        names = present.get(folder)
+        if names is None:  # one listing a host folder, not one failed open per new file
+            os.makedirs(folder, exist_ok=True)
+            names = present[folder] = set(os.listdir(folder))
+        name = os.path.basename(path)
+        if name in names:
             with open(path, "rb") as handle:
                 if handle.read() == data:
                     continue
-        except FileNotFoundError:
-            pass
-        os.makedirs(folder, exist_ok=True)
-        temporary = f"{path}.tmp{os.getpid()}"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
+            temporary = f"{path}.tmp{os.getpid()}"
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)  # a reader sees the old file or the new one
+        else:
+            with open(path, "wb") as handle:  # a new file: an interrupted write differs next run and is redone
+                handle.write(data)
         written.append(path)
     return sorted(written)
 
 
+def gather(hostvars, hosts, sources=CONTRACT_SOURCES, fabric_var="gpunode_fabric", result_facts=None,
+           host_files_var=None):
+    """One pass over ``hosts`` (plugin_utils/fleet_vars.py: published facts as they are, nothing templated
+    again): ``({host: {fabric, contracts, facts, files}}, {host: registered result_files result})`` for
+    ``inputs_from_facts`` and ``write_host_files``."""
+    fleet = FleetVars(hostvars)
+    result_facts = RESULT_FACTS if result_facts is None else result_facts
+    hosts_data, registered = {}, {}
+    for host in hosts:
+        contracts = {}
+        for source in sources:
+            value = fleet.get(host, source)
+            if value is None:
+                continue
+            if not isinstance(value, list):
+                raise ValueError(f"{host}: {source} must be a list of contract entries, got {type(value).__name__}")
+            contracts[source] = value
+        facts = {stem: fleet.get(host, var) for stem, var in result_facts.items()}
+        result = fleet.get(host, host_files_var, {}) if host_files_var else {}
+        files = {}
+        if isinstance(result, dict) and result and not result.get("failed") and not result.get("skipped"):
+            registered[host] = result
+            files = {n: e.get("content") for n, e in (result.get("files") or {}).items() if isinstance(e, dict)}
+        fabric = fleet.get(host, fabric_var)
+        hosts_data[host] = {"fabric": str(fabric) if fabric not in (None, "") else "default",
+                            "contracts": contracts, "facts": facts, "files": files}
+    return hosts_data, registered
+
+
 class ActionModule(ActionBase):
-    """Render the fleet report from a results directory on the controller."""
+    """Render the fleet report on the controller: from a results directory, or from the play's facts (recording
+    them in that directory first)."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("input", "output", "host_files"))
+    _VALID_ARGS = frozenset(("input", "output", "host_files", "from_facts", "hosts", "sources", "fabric_var",
+                             "result_facts", "host_files_var", "kueue", "run"))
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars or {})
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
         args = self._task.args
         unknown = set(args) - self._VALID_ARGS
         if unknown:
@@ -74,27 +123,60 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("fleet_report: input (the results directory) is required")
         source = os.path.abspath(os.path.expanduser(str(args["input"])))
         output = os.path.abspath(os.path.expanduser(str(args.get("output") or source)))
-        if self._task.check_mode and not os.path.isdir(source):
-            # check mode writes no results, so on a fresh fleet there is nothing to render yet
-            result.update(changed=False, files={}, output=output, host_files_written=[],
-                          msg=f"fleet report: check mode, no results directory {source} yet; nothing written")
-            return result
-        if not os.path.isdir(source):
+        from_facts = args.get("from_facts", False)
+        if not isinstance(from_facts, bool):
+            raise AnsibleActionFail(f"fleet_report: from_facts must be a boolean, got {from_facts!r}")
+        gathered = None
+        if from_facts:
+            gathered = self._gather(args, task_vars)
+        elif not os.path.isdir(source) and not self._task.check_mode:
             raise AnsibleActionFail(f"fleet_report: input {source} is not a directory")
         if self._task.check_mode:
+            # check mode writes no results (and on a fresh fleet there is nothing to render yet)
             result.update(changed=False, files={}, output=output, host_files_written=[],
                           msg=f"fleet report: not written in check mode ({output})")
             return result
+        host_files = gathered[1] if gathered else (args.get("host_files") or {})
+        inputs = None
         try:
-            copied = write_host_files(source, args.get("host_files") or {})
-        except ValueError as exc:
-            raise AnsibleActionFail(f"fleet_report: host_files: {exc}") from exc
-        try:
-            written = write_report(source, output)
+            if gathered:
+                inputs = inputs_from_facts(gathered[0], args.get("kueue") or [], args.get("run") or {})
+            copied = write_host_files(source, host_files)
         except ReportInputError as exc:
-            raise AnsibleActionFail(f"fleet_report: {exc}") from exc
+            raise AnsibleActionFail(f"fleet_report: {exc}") from None
+        except ValueError as exc:
+            raise AnsibleActionFail(f"fleet_report: host_files: {exc}") from None
+        try:
+            if inputs is not None:
+                _path, fleet_written = write_fleet_json(source, inputs)
+                if fleet_written:
+                    copied.append(str(_path))
+            written = write_report(source, output, inputs)
+        except ReportInputError as exc:
+            raise AnsibleActionFail(f"fleet_report: {exc}") from None
         files = {name: {"path": str(path), "written": bool(done)} for name, (path, done) in written.items()}
         result.update(changed=any(f["written"] for f in files.values()) or bool(copied), files=files, output=output,
                       host_files_written=copied,
                       msg=f"fleet report: {files['report.html']['path']} (Markdown: {files['report.md']['path']})")
         return result
+
+    def _gather(self, args, task_vars):
+        hosts = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise AnsibleActionFail("fleet_report: hosts must be a non-empty list of inventory host names")
+        sources = args.get("sources") or list(CONTRACT_SOURCES)
+        if not isinstance(sources, list) or not all(isinstance(n, str) and n for n in sources):
+            raise AnsibleActionFail("fleet_report: sources must be a list of variable names")
+        result_facts = args.get("result_facts")
+        if result_facts is not None and (not isinstance(result_facts, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in result_facts.items())):
+            raise AnsibleActionFail("fleet_report: result_facts must map result names to variable names")
+        for name in ("kueue", "run"):
+            expected = list if name == "kueue" else dict
+            if args.get(name) is not None and not isinstance(args[name], expected):
+                raise AnsibleActionFail(f"fleet_report: {name} must be a {expected.__name__}")
+        try:
+            return gather(task_vars["hostvars"], hosts, sources, str(args.get("fabric_var") or "gpunode_fabric"),
+                          result_facts, args.get("host_files_var"))
+        except ValueError as exc:
+            raise AnsibleActionFail(f"fleet_report: {exc}") from None

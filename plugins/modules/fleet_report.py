@@ -27,9 +27,18 @@ description:
     bandwidth per rail and client/server pair; per ClusterQueue a ResourceFlavor x resource quota table; each
     host's rail map, failed checks and failed tests in a C(<details>) element. The Markdown report carries the
     same parts, with each setting's fabric value and the hosts that differ instead of the host x setting grid.
+  - >-
+    With O(from_facts), what C(playbooks/report.yml) runs at the end of C(site.yml): the report is built from the
+    play's facts in memory, in one pass over O(hosts) (each host's fabric O(fabric_var), its contracts O(sources),
+    the results it published this run O(result_facts), and the text of its result files from the registered
+    M(mlplatform.gpunode.result_files) result in O(host_files_var)). A result comes from its fact when the host
+    published one, else its file is parsed. The facts are recorded in O(input) first, each file only when its
+    content changed (C(fleet.json) with the fabrics, contracts, O(kueue) and O(run); C(hosts/<host>/<name>)), so
+    rendering O(input) later (without O(from_facts), or C(gpunode report)) gives the same report.
   - Writes C(report.html), C(report.md) and C(report.json) (the built model) to O(output). A file whose content did
     not change is not rewritten; the task reports changed when any file was written.
-  - Fails naming the file when an input file is not readable JSON or YAML.
+  - Fails naming the file (and the host) when an input file is not readable JSON or YAML, and naming the option
+    on an argument of the wrong shape; nothing is written then.
 author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
@@ -45,7 +54,7 @@ attributes:
   platform:
     support: full
     platforms: all
-    details: Runs on the controller; it reads the results directory there.
+    details: Runs on the controller; it reads the results directory there, or the facts the hosts published.
   bypass_host_loop:
     support: none
   run_once:
@@ -73,14 +82,60 @@ options:
       - Host and file names must be plain names (no C(/), not C(.) or C(..), no leading dot); otherwise the task fails
         naming it and nothing is written. Not written in check mode.
     type: dict
+  from_facts:
+    description: Build the report from the play's facts and record them in O(input) (see the description).
+    type: bool
+    default: false
+  hosts:
+    description: With O(from_facts), the hosts of the report (default C(ansible_play_hosts_all)).
+    type: list
+    elements: str
+  sources:
+    description: With O(from_facts), the host variables holding contract entries.
+    type: list
+    elements: str
+    default: [discovery_contract, ofed_contract, gpu_driver_contract, nic_firmware_contract, sriov_contract,
+              roce_qos_contract]
+  fabric_var:
+    description: With O(from_facts), the host variable naming the fabric (a host without one is in C(default)).
+    type: str
+    default: gpunode_fabric
+  result_facts:
+    description:
+      - With O(from_facts), result name (the stem of its file in C(/var/lib/gpunode)) to the host variable that
+        holds the same data when the host published it in this run.
+    type: dict
+    default: {discovery: gpunode_hw, validation: validation_result, nic_firmware: nic_firmware_result}
+  host_files_var:
+    description:
+      - With O(from_facts), the host variable holding the registered M(mlplatform.gpunode.result_files) result
+        (the host's result files, recorded under C(<input>/hosts/<host>/)); as O(host_files), from every host at once.
+    type: str
+  kueue:
+    description: With O(from_facts), the Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue) to show.
+    type: list
+    elements: dict
+  run:
+    description: With O(from_facts), the run the results are from, C({id, time}), shown at the top.
+    type: dict
 seealso:
   - module: mlplatform.gpunode.fleet_contract
+  - module: mlplatform.gpunode.result_files
 """
 
 EXAMPLES = r"""
-- name: Write the fleet report
+- name: Write the fleet report from a results directory
   mlplatform.gpunode.fleet_report:
     input: "{{ lookup('ansible.builtin.env', 'PWD') }}/gpunode-report"
+  run_once: true
+  delegate_to: localhost
+
+- name: Record the play's results and write the report from them (as playbooks/report.yml does)
+  mlplatform.gpunode.fleet_report:
+    input: "{{ lookup('ansible.builtin.env', 'PWD') }}/gpunode-report"
+    from_facts: true
+    host_files_var: registered_result_files
+    run: {id: "{{ lookup('ansible.builtin.env', 'GPUNODE_RUN_ID') }}", time: "{{ now(utc=true) }}"}
   run_once: true
   delegate_to: localhost
 """
@@ -96,7 +151,9 @@ output:
   returned: always
   type: str
 host_files_written:
-  description: The files of O(host_files) this run wrote (changed or new), sorted; C([]) in check mode.
+  description:
+    - The files of O(host_files) (or O(host_files_var)) this run wrote (changed or new), sorted, then C(fleet.json)
+      when O(from_facts) rewrote it; C([]) in check mode.
   returned: always
   type: list
   elements: str

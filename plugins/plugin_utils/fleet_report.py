@@ -168,28 +168,37 @@ def stage_groups(columns: list) -> list[dict]:
             for stage, cols in sorted(groups.items(), key=lambda kv: _stage_rank(kv[0]))]
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def contract_table(hosts: dict) -> dict:
     """Compare every contract setting across the hosts of each fabric, as ``fleet_contract`` does.
 
     Returns ``{"fabrics": {fabric: {"hosts": [...], "columns": [...], "stages": [stage group],
     "expected": {column: majority value}, "drifting": {column: [host]}, "cells": {host: {column:
-    cell}}, "drift": [finding, ...]}}}``. A cell is ``{"value", "rails":
-    {rail: value}, "expected", "drift", "missing"}``: host-scoped settings fill ``value``; rail-scoped
-    ones fill ``rails`` (``value`` is set when all rails agree). A finding is ``{"host", "column",
-    "rail", "pci_address", "netdev", "expected", "found"}``. A host that lacks a setting its fabric has
-    drifts with found ``None``. One pass over the entries, then one over the cells: O(hosts x settings).
+    cell}}, "drift": [finding, ...]}}}``. A cell is ``{"value", "drift", "missing"}``, with ``"rails":
+    {rail: value}`` too when the host's rails differ from each other (``value`` is then None); the
+    expected value is the fabric's ``expected[column]``. A host whose every entry of a column holds the
+    expected value shares one cell with the others (nothing per host is built for it). A finding is
+    ``{"host", "column", "rail", "pci_address", "netdev", "expected", "found"}``. A host that lacks a
+    setting its fabric has drifts with found ``None``. One pass over the entries, then one over the
+    cells: O(hosts x settings).
     """
     fabrics: dict[str, dict] = {}
     for name, host in hosts.items():
-        fabric = fabrics.setdefault(host.get("fabric") or "default", {"hosts": [], "observed": {}})
+        fabric_name = host.get("fabric") or "default"
+        fabric = fabrics.get(fabric_name)
+        if fabric is None:
+            fabric = fabrics[fabric_name] = {"hosts": [], "observed": {}}
         fabric["hosts"].append(name)
         observed_all = fabric["observed"]
         for source, entries in sorted((host.get("contracts") or {}).items()):
-            role = source[: -len(CONTRACT_SUFFIX)] if source.endswith(CONTRACT_SUFFIX) else source
+            prefix = (source[: -len(CONTRACT_SUFFIX)] if source.endswith(CONTRACT_SUFFIX) else source) + "."
             for entry in entries or []:
-                if not isinstance(entry, dict) or "setting" not in entry:
-                    raise ReportInputError(f"{name}: {source} entry without 'setting': {entry!r}")
-                column = f"{role}.{entry['setting']}"
+                try:
+                    column = prefix + entry["setting"]
+                except (KeyError, TypeError):
+                    raise ReportInputError(f"{name}: {source} entry without 'setting': {entry!r}") from None
                 observed = observed_all.get(column)
                 if observed is None:
                     observed = observed_all[column] = {}
@@ -211,45 +220,46 @@ def contract_table(hosts: dict) -> dict:
             keyed_hosts = {}
             for host_name, entries in observed.items():
                 # entries stay in the order the host published them (the roles publish rails in order)
-                keyed = keyed_hosts[host_name] = [(_value_key(e.get("value")), e) for e in entries]
-                for key, entry in keyed:
+                keys = keyed_hosts[host_name] = []
+                for entry in entries:
+                    value = entry.get("value")
+                    kind = type(value)
+                    key = (kind, value) if kind in _SCALARS else _value_key(value)
+                    keys.append(key)
                     count = counts.get(key)
                     if count is None:
                         counts[key] = 1
-                        first[key] = entry.get("value")
+                        first[key] = value
                     else:
                         counts[key] = count + 1
             expected_key = _majority_key(counts, first)
             expected = expected_of[column] = first[expected_key]
+            agreeing = {"value": expected, "drift": False, "missing": False}
             first_finding = len(drift)
             for host_name in fabric["hosts"]:
-                keyed = keyed_hosts.get(host_name)
-                if not keyed:
-                    cells[host_name][column] = {"value": None, "rails": {}, "expected": expected, "drift": True,
-                                                "missing": True}
+                keys = keyed_hosts.get(host_name)
+                if not keys:
+                    cells[host_name][column] = {"value": None, "drift": True, "missing": True}
                     drift.append({"host": host_name, "column": column, "rail": None, "pci_address": None,
                                   "netdev": None, "expected": expected, "found": None})
                     continue
+                if keys.count(expected_key) == len(keys):
+                    cells[host_name][column] = agreeing
+                    continue
                 rails = {}
-                bad = False
-                same = True
-                first_key = keyed[0][0]
-                for key, entry in keyed:
-                    value = entry.get("value")
+                for key, entry in zip(keys, observed[host_name], strict=True):
                     rail = entry.get("rail")
                     if rail is not None:
-                        rails[rail] = value
-                    if key != first_key:
-                        same = False
+                        rails[rail] = entry.get("value")
                     if key != expected_key:
-                        bad = True
                         drift.append({"host": host_name, "column": column, "rail": rail,
                                       "pci_address": entry.get("pci_address"), "netdev": entry.get("netdev"),
-                                      "expected": expected, "found": value})
-                cells[host_name][column] = {
-                    "value": keyed[0][1].get("value") if same else None,
-                    "rails": rails, "expected": expected, "drift": bad, "missing": False,
-                }
+                                      "expected": expected, "found": entry.get("value")})
+                if keys.count(keys[0]) == len(keys):
+                    cells[host_name][column] = {"value": observed[host_name][0].get("value"), "drift": True,
+                                                "missing": False}
+                else:
+                    cells[host_name][column] = {"value": None, "rails": rails, "drift": True, "missing": False}
             drifting[column] = list(dict.fromkeys(d["host"] for d in drift[first_finding:]))
         columns = sorted(fabric["observed"])
         out[fabric_name] = {"hosts": fabric["hosts"], "columns": columns, "stages": stage_groups(columns),
@@ -634,10 +644,163 @@ def heatmap_svg(matrix: dict) -> str:
     return "".join(out)
 
 
+# The fleet-sized parts of the pages (a row per host, a table per host, a row per host pair) are written
+# here in one pass each, escaped with html.escape; jinja2 lays out the rest. A template loop costs a
+# filter call and a context lookup per cell, about 3x this at 1,024 hosts (bench/bench_fleet.py).
+
+
+def _status_class(status: str) -> str:
+    return html.escape(str(status).replace(" ", "-"))
+
+
+def html_setting_rows(fabric_name: str, fabric: dict, hosts: list[dict]) -> str:
+    """The contract table's rows of one fabric: host, platform, reboot, validation, drift count, then one
+    cell per setting (class ``drift``/``drift missing``, the expected value under a drifting one)."""
+    esc = html.escape
+    columns = fabric["columns"]
+    attrs = [esc(c) for c in columns]
+    expected = {c: esc(display_value(c, fabric["expected"][c])) for c in columns}
+    agreeing: dict[int, str] = {}  # the cells shared by every host that holds the expected value
+    out = []
+    for h in hosts:
+        if h["fabric"] != fabric_name:
+            continue
+        name = esc(h["name"])
+        cells = fabric["cells"].get(h["name"]) or {}
+        status = h["validation"]["status"]
+        failed = ' class="fail"' if h["reboot"].startswith("failed") else ""
+        out.append(f'<tr data-host="{name}"><th><a href="#host-{name}">{name}</a></th><td>{esc(h["platform"])}</td>'
+                   f'<td{failed}>{esc(h["reboot"])}</td>'
+                   f'<td class="{_status_class(status)}">{esc(status)}</td><td>{h["drift"]}</td>\n')
+        for column, attr in zip(columns, attrs, strict=True):
+            cell = cells.get(column)
+            head = f'<td data-host="{name}" data-setting="{attr}"'
+            if not cell:
+                out.append(f"{head}></td>\n")
+            elif not cell.get("drift"):
+                text = agreeing.get(id(cell))
+                if text is None:
+                    text = agreeing[id(cell)] = esc(cell_text(cell, column))
+                out.append(f"{head}>{text}</td>\n")
+            else:
+                kind = "drift missing" if cell.get("missing") else "drift"
+                out.append(f'{head} class="{kind}">{esc(cell_text(cell, column))}'
+                           f"<small>expected {expected[column]}</small></td>\n")
+        out.append("</tr>\n")
+    return "".join(out)
+
+
+def html_host_details(hosts: list[dict]) -> str:
+    """One ``<details id="host-<name>">`` per host: validation failures, checks, the rail map, failed pairs."""
+    esc, vt = html.escape, value_text
+    out = []
+    for h in hosts:
+        name, v = esc(h["name"]), h["validation"]
+        status = esc(v["status"])
+        rails_with_nic = sum(1 for r in h["rails"] if r.get("nic"))
+        out.append(f'<details id="host-{name}" data-host="{name}">\n<summary>{name}: {esc(h["platform"])} '
+                   f'({h["gpus"]} GPUs, {rails_with_nic} rails, {h["nvswitches"]} NVSwitches); fabric '
+                   f'{esc(h["fabric"])}; validation <span class="{_status_class(v["status"])}">{status}</span>; '
+                   f'reboot {esc(h["reboot"])}</summary>\n')
+        if v["failures"]:
+            out.append('<ul class="failures">' + "".join(f"<li>{esc(str(f))}</li>" for f in v["failures"])
+                       + "</ul>\n")
+        taint = f"; not-validated taint {esc(str(v['taint']))}" if v.get("taint") else ""
+        out.append(f"<p>Checks failed: {v['failed_checks']}/{v['checks']}{taint}.</p>\n")
+        if h["rails"]:
+            out.append(f'<table class="rails" data-host="{name}">\n<tr><th>rail</th><th>GPU</th><th>NIC</th>'
+                       "<th>model</th><th>netdev</th><th>RDMA</th><th>link</th><th>distance</th><th>validation</th>"
+                       "</tr>\n")
+            for r in h["rails"]:
+                rail = esc(vt(r["rail"]))
+                reasons = f": {esc('; '.join(str(x) for x in r['reasons']))}" if r["reasons"] else ""
+                out.append(f'<tr data-rail="{rail}"><td>{rail}</td><td>{esc(str(r["gpu"]))}</td>'
+                           f'<td>{esc(vt(r["nic"]))}</td><td>{esc(vt(r["model"]))}</td>\n'
+                           f'<td>{esc(vt(r["netdev"]))}</td><td>{esc(vt(r["rdma_device"]))}</td>'
+                           f'<td>{esc(vt(r["link_layer"]))} {esc(vt(r["speed_gbps"]))}G</td>\n'
+                           f'<td>{esc(vt(r["distance"]))}</td><td class="{_status_class(r["status"])}">'
+                           f'{esc(str(r["status"]))}{reasons}</td></tr>\n')
+            out.append("</table>\n")
+        else:
+            out.append("<p>No discovery result.</p>\n")
+        pairs = v["pairs"]
+        if pairs:
+            bad = [p for p in pairs if p.get("status") == "fail"]
+            out.append(f"<p><code>ib_write_bw</code>: {len(pairs) - len(bad)} of {len(pairs)} tests passed (as "
+                       "server or client; all figures in the heatmap).</p>\n")
+            if bad:
+                out.append('<table class="pairs">\n<tr><th>rail</th><th>side</th><th>peer</th><th>peer rail</th>'
+                           "<th>Gb/s</th><th>line rate</th><th>threshold</th><th>failed side</th><th>reason</th>"
+                           "</tr>\n")
+                for p in bad:
+                    out.append(f'<tr><td>{esc(str(p.get("rail")))}</td><td>{esc(str(p.get("side") or ""))}</td>'
+                               f'<td>{esc(str(p.get("peer")))}</td><td>{esc(str(p.get("peer_rail")))}</td>'
+                               f'<td>{esc(vt(p.get("gbps")))}</td>\n<td>{esc(vt(p.get("line_rate_gbps")))}</td>'
+                               f'<td>{esc(vt(p.get("threshold_pct")))}%</td><td>{esc(vt(p.get("failed_side")))}</td>'
+                               f'\n<td class="fail">{esc(str(p.get("reason")))}</td></tr>\n')
+                out.append("</table>\n")
+        out.append("</details>\n")
+    return "".join(out).removesuffix("\n")  # the template ends the line
+
+
+def _md(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def md_host_rows(hosts: list[dict]) -> str:
+    """The Markdown hosts table's rows."""
+    return "".join(
+        f"| {h['name']} | {h['fabric']} | {_md(h['platform'])} | {_md(h['reboot'])} | {h['validation']['status']} | "
+        f"{h['validation']['failed_checks']}/{h['validation']['checks']} | "
+        f"{_md('; '.join(str(f) for f in h['validation']['failures']))} | {h['drift']} |\n" for h in hosts
+    ).removesuffix("\n")  # the template ends the line
+
+
+def md_bandwidth_rows(bandwidth: dict) -> str:
+    """The Markdown bandwidth table's rows: Gb/s per rail, bold with the failed side below the threshold."""
+    vt = value_text
+    out = []
+    for row in bandwidth["rows"]:
+        cells = []
+        for rail in bandwidth["rails"]:
+            c = row["cells"].get(rail)
+            if c is None:
+                cells.append(" |")
+            elif c.get("status") == "fail":
+                cells.append(f" **{vt(c.get('gbps'))} ({c.get('failed_side') or 'failed'})** |")
+            else:
+                cells.append(f" {vt(c.get('gbps'))} |")
+        out.append(f"| {row['client']} | {row['server']} |{''.join(cells)}\n")
+    return "".join(out).removesuffix("\n")  # the template ends the line
+
+
+def md_rail_maps(hosts: list[dict]) -> str:
+    """The Markdown rail map of every host."""
+    vt = value_text
+    out = []
+    for h in hosts:
+        rails_with_nic = sum(1 for r in h["rails"] if r.get("nic"))
+        out.append(f"\n### {h['name']}: {h['platform']} ({h['gpus']} GPUs, {rails_with_nic} rails, "
+                   f"{h['nvswitches']} NVSwitches)\n\n")
+        if not h["rails"]:
+            out.append("No discovery result.\n")
+            continue
+        out.append("| rail | GPU | NIC | model | netdev | RDMA | link | distance | validation |\n"
+                   "|---|---|---|---|---|---|---|---|---|\n")
+        for r in h["rails"]:
+            reasons = f": {_md('; '.join(str(x) for x in r['reasons']))}" if r["reasons"] else ""
+            out.append(f"| {vt(r['rail'])} | {r['gpu']} | {vt(r['nic'])} | {vt(r['model'])} | {vt(r['netdev'])} | "
+                       f"{vt(r['rdma_device'])} | {vt(r['link_layer'])} {vt(r['speed_gbps'])}G | {vt(r['distance'])} | "
+                       f"{r['status']}{reasons} |\n")
+    return "".join(out)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=False),
+        # report.html.j2 is HTML: every value a host or the inventory supplies is escaped (the extension is
+        # "html.j2"; with "html" alone nothing would be)
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "html"), default_for_string=False),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -650,6 +813,12 @@ def _environment() -> jinja2.Environment:
     env.filters["md"] = lambda text: str(text).replace("|", "\\|")
     # heatmap_svg escapes every name and value it writes (html.escape), so its SVG is markup as it is
     env.globals["heatmap_svg"] = lambda matrix: markupsafe.Markup(heatmap_svg(matrix))  # noqa: S704 - escaped above
+    # the fleet-sized parts, escaped where they are written (html.escape)
+    env.globals["setting_rows"] = lambda *a: markupsafe.Markup(html_setting_rows(*a))  # noqa: S704 - escaped above
+    env.globals["host_details"] = lambda hosts: markupsafe.Markup(html_host_details(hosts))  # noqa: S704 - escaped
+    env.globals["md_host_rows"] = md_host_rows
+    env.globals["md_bandwidth_rows"] = md_bandwidth_rows
+    env.globals["md_rail_maps"] = md_rail_maps
     return env
 
 
@@ -668,12 +837,69 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def write_report(input_dir: Path, output_dir: Path) -> dict[str, tuple[Path, bool]]:
-    """Load ``input_dir``, render, write ``report.html``, ``report.md`` and ``report.json`` (the
-    built model) into ``output_dir``, headed by the collection version and commit and the id and
-    time of the run that wrote the results (fleet.json ``run``). A file whose content is unchanged
-    is not rewritten. Returns ``{name: (path, written)}``."""
-    inputs = load_inputs(Path(input_dir))
+# Results a host also publishes as a fact in the run that writes them (the file holds the same data):
+# result name (the file's stem) -> the variable.
+RESULT_FACTS = {"discovery": "gpunode_hw", "validation": "validation_result", "nic_firmware": "nic_firmware_result"}
+
+
+def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None = None) -> dict:
+    """The report's input from what the hosts published, as ``load_inputs`` returns it from a results directory.
+
+    ``hosts`` maps each host to ``{"fabric", "contracts": {source: entries}, "facts": {result name: value},
+    "files": {file name: text}}``: ``facts`` are the results the host published in this run (RESULT_FACTS; the
+    same data as the file of that name), ``files`` the text of the host's result files. A result comes from its
+    fact when the host published one, else from its file, parsed here; a file that is not JSON fails naming the
+    host and the file. Nothing is read from disk."""
+    out: dict[str, dict] = {}
+    for name in sorted(hosts):
+        data = hosts[name]
+        entry = out[name] = {"fabric": data.get("fabric") or "default", "hw": None,
+                             "contracts": dict(data.get("contracts") or {}), "validation": None, "results": {}}
+        facts = data.get("facts") or {}
+        results = {stem: value for stem, value in facts.items() if value is not None}
+        for file_name, text in sorted((data.get("files") or {}).items()):
+            if not file_name.endswith(".json"):
+                continue
+            stem = file_name[: -len(".json")]
+            if stem in results:
+                continue
+            try:
+                results[stem] = json.loads(text)
+            except (TypeError, ValueError) as exc:
+                raise ReportInputError(f"{name}: {file_name}: not readable JSON ({exc})") from None
+        for stem, value in results.items():
+            if stem == "discovery":
+                entry["hw"] = value
+            elif stem == "validation":
+                entry["validation"] = value
+            else:
+                entry["results"][stem] = value
+                if stem.endswith(CONTRACT_SUFFIX) and isinstance(value, list) and stem not in entry["contracts"]:
+                    entry["contracts"][stem] = value
+    return {"hosts": out, "kueue": [o for o in kueue or [] if isinstance(o, dict)],
+            "run": {k: (run or {}).get(k) for k in ("id", "time")}}
+
+
+def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
+    """``<directory>/fleet.json``: each host's fabric and contracts, the Kueue objects and the run, as
+    ``load_inputs`` reads them back (with the hosts' files under ``hosts/``, the directory renders the same
+    report). One line, each object's keys in the order they were published (so it renders as the facts did);
+    rewritten only when its content changed."""
+    fleet = {"hosts": {h: {"fabric": d["fabric"], "contracts": d["contracts"]} for h, d in inputs["hosts"].items()},
+             "kueue": inputs.get("kueue") or [], "run": inputs.get("run") or {}}
+    path = Path(directory) / "fleet.json"
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    # the C encoder (indent= would take the pure-Python one, several times slower)
+    return path, _write_if_changed(path, json.dumps(fleet, default=str) + "\n")
+
+
+def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None) -> dict[str, tuple[Path, bool]]:
+    """Load ``input_dir`` (or take ``inputs``, as ``inputs_from_facts`` gives them), render, write ``report.html``,
+    ``report.md`` and ``report.json`` (the built model) into ``output_dir``, headed by the collection version and
+    commit and the id and time of the run that wrote the results (fleet.json ``run``). A file whose content is
+    unchanged is not rewritten. Returns ``{name: (path, written)}``."""
+    if inputs is None:
+        inputs = load_inputs(Path(input_dir))
     report = build(inputs)
     run = inputs.get("run") or {}
     report["meta"] = {**collection_info(), "run_id": run.get("id") or "unknown",

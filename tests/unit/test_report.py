@@ -126,8 +126,10 @@ def test_drift_names_the_hgx_rail_with_adaptive_routing_off(fleet_dir, hw):
     cell = fabric["cells"]["hgx01"]["nic_firmware.roce_accl.adaptive_routing_forced_en"]
     assert cell["drift"] is True and cell["value"] is None
     assert cell["rails"] == {0: 1, 1: 1, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    # a host whose every rail holds the expected value: one shared cell, the value and no drift
     assert fabric["cells"]["dgx01"]["nic_firmware.roce_accl.adaptive_routing_forced_en"] == {
-        "value": 1, "rails": dict.fromkeys(range(8), 1), "expected": 1, "drift": False, "missing": False}
+        "value": 1, "drift": False, "missing": False}
+    assert fabric["expected"]["nic_firmware.roce_accl.adaptive_routing_forced_en"] == 1
     assert fabric["cells"]["dgx01"]["nic_firmware.rail_count"]["value"] == 8
     assert fabric["cells"]["hgx01"]["roce_qos.pfc"]["value"] == [0, 0, 0, 1, 0, 0, 0, 0]
     assert report["summary"] == {"hosts": 2, "passed": 1, "failed": 1, "not_validated": 0, "drift": 1,
@@ -303,3 +305,84 @@ def test_fleet_report_action_renders_what_the_cli_renders(fleet_dir, tmp_path_fa
     assert "| failed: Reboot \\| Power-cycle the host from the controller: non-zero return code |" in md
     second = run_play(work, inventory, play)
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout
+
+
+def _facts_fleet(hw):
+    """Two hosts as site.yml leaves them for the report stage: published facts (fabric, contracts, gpunode_hw,
+    validation_result, nic_firmware_result) and the registered result_files read (every file's text)."""
+    dgx_validation = {"host": "dgx01", "passed": False, "failures": ["rail 3 0000:5e:00.0 (ibp94s0): link DOWN"],
+                      "checks": [], "pairs": [], "taint": "kept"}
+    hgx_validation = {"host": "hgx01", "passed": True, "failures": [], "checks": [], "pairs": [], "taint": "removed"}
+    nicfw = {"reboot_required": False, "not_in_effect": {}}
+    facts = {}
+    for name, platform, validation, accl in (("dgx01", "dgx-h100", dgx_validation, None),
+                                             ("hgx01", "hgx-h100", hgx_validation, {2: 0})):
+        files = {"discovery.json": hw[platform], "validation.json": validation, "nic_firmware.json": nicfw,
+                 "reboot.json": {"required": True, "rebooting": False, "rebooted": True}}
+        facts[name] = {"gpunode_fabric": "fab-a", **_contracts(hw[platform], accl_by_rail=accl),
+                       "gpunode_hw": hw[platform], "validation_result": validation, "nic_firmware_result": nicfw,
+                       "__report_results": {"changed": False, "files": {
+                           n: {"content": json.dumps(v, indent=4, sort_keys=True) + "\n"} for n, v in files.items()}}}
+    return facts
+
+
+class _HostVars(dict):
+    """``hostvars`` as the action plugins read it: each host's published facts in the variable manager."""
+
+    def __init__(self, hosts):
+        super().__init__(hosts)
+        self._variable_manager = type("VM", (), {"_nonpersistent_fact_cache": hosts, "_fact_cache": {}})()
+
+
+def _report_action(args, facts):
+    from types import SimpleNamespace
+
+    from ansible_collections.mlplatform.gpunode.plugins.action.fleet_report import ActionModule
+
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="mlplatform.gpunode.fleet_report")
+    action = ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)
+    return action.run(task_vars={"hostvars": _HostVars(facts), "ansible_play_hosts_all": sorted(facts)})
+
+
+def test_report_from_facts_records_the_results_and_renders_what_they_render(hw, tmp_path):
+    """site.yml's report stage: the action renders from the facts in memory (nothing it just wrote is read back)
+    and records them (fleet.json, hosts/<host>/*.json); rendering that directory gives the same three files."""
+    facts = _facts_fleet(hw)
+    run = {"id": "run-20261203T020000Z", "time": "2026-12-03 02:00:00 UTC"}
+    args = {"input": str(tmp_path / "results"), "from_facts": True, "host_files_var": "__report_results",
+            "kueue": [FLAVOR, QUEUE], "run": run}
+    first = _report_action(args, facts)
+    assert first["changed"] is True, first
+    results = tmp_path / "results"
+    assert sorted(p.name for p in (results / "hosts" / "hgx01").iterdir()) == [
+        "discovery.json", "nic_firmware.json", "reboot.json", "validation.json"]
+    fleet = json.loads((results / "fleet.json").read_text())
+    assert fleet["run"] == run and fleet["hosts"]["hgx01"]["fabric"] == "fab-a"
+    assert set(fleet["hosts"]["hgx01"]["contracts"]) == {"nic_firmware_contract", "roce_qos_contract",
+                                                         "gpu_driver_contract"}
+    # the recorded directory renders the same report as the facts did
+    again = tmp_path / "again"
+    write_report(results, again)
+    for name in ("report.html", "report.md", "report.json"):
+        assert (results / name).read_text() == (again / name).read_text(), name
+    model = json.loads((results / "report.json").read_text())
+    assert [(d["host"], d["rail"]) for d in model["fabrics"]["fab-a"]["drift"]] == [("hgx01", 2)]
+    assert model["summary"]["failed"] == 1 and model["meta"]["run_id"] == run["id"]
+    assert "| dgx01 | fab-a | NVIDIA DGX H100 | rebooted | failed |" in (results / "report.md").read_text()
+    # nothing changed: nothing is rewritten
+    assert _report_action(args, facts)["changed"] is False
+
+
+def test_report_from_facts_refuses_a_result_file_that_is_not_json_and_writes_nothing(hw, tmp_path):
+    facts = _facts_fleet(hw)
+    facts["hgx01"]["__report_results"]["files"]["reboot.json"]["content"] = "{not json"
+    args = {"input": str(tmp_path / "results"), "from_facts": True, "host_files_var": "__report_results"}
+    from ansible.errors import AnsibleActionFail
+
+    with pytest.raises(AnsibleActionFail, match=r"fleet_report: hgx01: reboot.json: not readable JSON"):
+        _report_action(args, facts)
+    assert not (tmp_path / "results").exists()
+    # a fact published in this run is taken instead of its file (the file is only recorded)
+    facts = _facts_fleet(hw)
+    facts["hgx01"]["__report_results"]["files"]["validation.json"]["content"] = "{not json"
+    assert _report_action(args, facts)["changed"] is True
