@@ -35,7 +35,8 @@ description:
     published one, else its file is parsed. The facts are recorded in O(input) first, each file only when its
     content changed (C(fleet.json) with the fabrics, contracts, O(kueue) and O(run); C(hosts/<host>/<name>)), so
     rendering O(input) later (without O(from_facts), or C(gpunode report)) gives the same report.
-  - Writes C(report.html), C(report.md) and C(report.json) (the built model) to O(output). A file whose content did
+  - Writes C(report.html), C(report.md) and C(report.json) (the built model; a host's cells of the host x setting
+    table only where they differ from the fabric's expected value) to O(output). A file whose content did
     not change is not rewritten; the task reports changed when any file was written.
   - Fails naming the file (and the host) when an input file is not readable JSON or YAML, and naming the option
     on an argument of the wrong shape; nothing is written then.

@@ -895,7 +895,8 @@ def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
 
 def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None) -> dict[str, tuple[Path, bool]]:
     """Load ``input_dir`` (or take ``inputs``, as ``inputs_from_facts`` gives them), render, write ``report.html``,
-    ``report.md`` and ``report.json`` (the built model) into ``output_dir``, headed by the collection version and
+    ``report.md`` and ``report.json`` (the built model; each host's cells only where they drift) into
+    ``output_dir``, headed by the collection version and
     commit and the id and time of the run that wrote the results (fleet.json ``run``). A file whose content is
     unchanged is not rewritten. Returns ``{name: (path, written)}``."""
     if inputs is None:
@@ -907,6 +908,10 @@ def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None) 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     texts = render(report)
-    # One line: the C encoder (indent= would take the pure-Python one, several times slower).
-    texts["report.json"] = json.dumps(report, default=str) + "\n"  # keys in the model's own (stable) order
+    # One line: the C encoder (indent= would take the pure-Python one, several times slower). A host's cells are
+    # listed where they differ from the fabric's expected value; every other cell holds that value.
+    model = {**report, "fabrics": {name: {**fabric, "cells": {
+        host: {column: cell for column, cell in cells.items() if cell.get("drift")}
+        for host, cells in fabric["cells"].items()}} for name, fabric in report["fabrics"].items()}}
+    texts["report.json"] = json.dumps(model, default=str) + "\n"  # keys in the model's own (stable) order
     return {name: (output_dir / name, _write_if_changed(output_dir / name, text)) for name, text in texts.items()}
