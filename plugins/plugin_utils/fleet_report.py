@@ -867,7 +867,7 @@ def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None =
                 results[stem] = json.loads(text)
             except (TypeError, ValueError) as exc:
                 raise ReportInputError(f"{name}: {file_name}: not readable JSON ({exc})") from None
-        for stem, value in results.items():
+        for stem, value in sorted(results.items()):  # in file-name order, as load_inputs reads them
             if stem == "discovery":
                 entry["hw"] = value
             elif stem == "validation":
