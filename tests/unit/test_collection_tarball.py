@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -143,3 +144,35 @@ def test_example_inventory_parses_clean_and_declares_every_fabric(installed):
         assert hostvars["gpunode_fabric"] in ("ib1", "roce1"), host
         assert hostvars["gpunode_fabric_transport"] in ("infiniband", "roce"), host
         assert hostvars["gpunode_reboot_ok"] is True and hostvars["kubernetes_node_api_server"], host
+
+
+def test_report_action_renders_from_the_installed_copy(installed, tmp_path):
+    """The fleet report belongs to the collection: its action and templates, from the installed copy alone, render
+    a results directory (one host's discovery result and validation, its contract, a drifting second host)."""
+    results = tmp_path / "results"
+    (results / "hosts" / "node-a").mkdir(parents=True)
+    hw = {"platform": {"vendor": "NVIDIA", "product": "DGXH100"}, "gpus": [], "nvswitches": [], "nics": [],
+          "rails": []}
+    (results / "hosts" / "node-a" / "discovery.json").write_text(json.dumps(hw))
+    (results / "hosts" / "node-a" / "validation.json").write_text(json.dumps(
+        {"host": "node-a", "passed": True, "failures": [], "checks": [], "pairs": [], "taint": "removed"}))
+    contract = [{"scope": "host", "rail": None, "pci_address": None, "netdev": None, "setting": "driver_version"}]
+    (results / "fleet.json").write_text(json.dumps({"hosts": {
+        "node-a": {"fabric": "f1", "contracts": {"gpu_driver_contract": [{**contract[0], "value": "570.172.08"}]}},
+        "node-b": {"fabric": "f1", "contracts": {"gpu_driver_contract": [{**contract[0], "value": "570.124.06"}]}},
+        "node-c": {"fabric": "f1", "contracts": {"gpu_driver_contract": [{**contract[0], "value": "570.172.08"}]}}},
+        "run": {"id": "run-tarball", "time": "2026-12-03 00:00:00 UTC"}}))
+    play = tmp_path / "report.yml"
+    play.write_text(yaml.safe_dump([{"name": "Report", "hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "Render", "mlplatform.gpunode.fleet_report": {"input": str(results), "output": str(tmp_path / "out")}}
+    ]}], sort_keys=False))
+    proc = _run([str(BIN / "ansible-playbook"), "-c", "local", "-i", "localhost,", str(play)], installed["work"],
+                installed["env"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (tmp_path / "out" / "report.md").read_text()
+    version = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    assert f"mlplatform.gpunode {version}; results of run `run-tarball`" in md  # no commit: not a git checkout
+    assert re.search(r"^\| gpu_driver \| driver_version \| f1 \| 570\.172\.08 \| node-b \| host: 570\.124\.06 \|$",
+                     md, re.M), md
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "node-a: NVIDIA DGXH100 (0 GPUs, 0 rails, 0 NVSwitches); fabric f1" in page
