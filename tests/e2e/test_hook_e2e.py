@@ -151,11 +151,26 @@ def hook(sim_host, tmp_path_factory):
     (work / "secret").write_text(SECRET + "\n")
     (work / "secret").chmod(0o600)
     ca = make_ca(work / "ca")
-    settings = {"state_dir": str(work / "state"), "project_dir": str(REPO), "playbook": PLAYBOOK,
+    # The hook runs site.yml from the collection as a site installs it: the Galaxy tarball installed into a
+    # collections path of its own (the collections it depends on come from the ansible package), with the
+    # site's ansible.cfg (this repository's, without its collections path and inventory).
+    collections = work / "collections"
+    galaxy_env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}  # not this checkout's
+    sh("ansible-galaxy", "collection", "build", "--output-path", str(work), str(REPO), cwd=work, env=galaxy_env)
+    (tarball,) = work.glob("mlplatform-gpunode-*.tar.gz")
+    sh("ansible-galaxy", "collection", "install", "--offline", "--no-deps", "-p", str(collections), str(tarball),
+       cwd=work, env=galaxy_env)
+    assert (collections / "ansible_collections" / "mlplatform" / "gpunode" / PLAYBOOK).is_file()
+    installed = collections / "ansible_collections" / "mlplatform" / "gpunode"
+    site_cfg = "".join(line for line in (REPO / "ansible.cfg").read_text().splitlines(keepends=True)
+                       if not line.startswith(("collections_path", "inventory")))
+    (work / "ansible.cfg").write_text(site_cfg)
+    settings = {"state_dir": str(work / "state"), "project_dir": str(installed), "playbook": PLAYBOOK,
                 "inventory": str(work / "hosts.yml"), "secret_file": str(work / "secret"), "listen_port": PORT,
                 "tls_cert_file": str(ca["cert"]), "tls_key_file": str(ca["key"]),
                 "run_secrets_file": str(kapi / "site-vars.yml"),
-                "run_env": {"GPUNODE_REPORT_DIR": str(work / "report")},
+                "run_env": {"GPUNODE_REPORT_DIR": str(work / "report"), "ANSIBLE_CONFIG": str(work / "ansible.cfg"),
+                            "ANSIBLE_COLLECTIONS_PATH": str(collections)},
                 "batch_window": 1.0, "retry_delay": 5, "max_attempts": 1, "run_timeout": 2400}
     (work / "hook.yml").write_text(yaml.safe_dump(settings))
     log = open(work / "serve.log", "wb")  # noqa: SIM115 - closed in the finally below
@@ -253,6 +268,14 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert node.metadata.labels["nvidia.com/gpu.count"] == "8"
     assert TAINT not in [t.key for t in node.spec.taints or []]
     assert (hook / "report" / "report.md").is_file()
+    # The run was the installed tarball's site.yml: its job ran that playbook, and the report it wrote names the
+    # collection's version without a commit (an installed copy is not a git checkout).
+    (command,) = [p for p in (hook / "state" / "artifacts").glob("run-*/command")
+                  if "-validation" not in p.parent.name]
+    argv = json.loads(command.read_text())["command"]
+    assert str(hook / "collections" / "ansible_collections" / "mlplatform" / "gpunode" / PLAYBOOK) in argv, argv
+    version = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    assert f"mlplatform.gpunode {version}; results of run " in (hook / "report" / "report.md").read_text()
 
     # The state files are private: 0600 files (database, WAL, SHM, log, known_hosts, results), 0700 directories.
     state = hook / "state"
