@@ -75,3 +75,29 @@ def test_nic_info_documents_every_returned_key():
             "numa_node", "board_id", "fw_version", "sriov_totalvfs", "sriov_numvfs", "bond", "role", "rail", "gpu",
             "gpu_distance"} <= nic_keys
     assert doc["doc"]["attributes"]["check_mode"]["support"] == "full"
+
+
+def test_role_inputs_without_a_default_are_required_and_conditional_ones_say_so():
+    """meta/argument_specs.yml is each role's contract: an option the role has no default for is ``required: true``
+    (ansible-core refuses the role without it), and the inputs only some setups need say when they are required
+    (the preflight enforces that, naming the variables)."""
+    import yaml as _yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    for spec in sorted(repo.glob("roles/*/meta/argument_specs.yml")):
+        role = spec.parts[-3]
+        options = _yaml.safe_load(spec.read_text())["argument_specs"]["main"]["options"]
+        defaults_file = spec.parents[1] / "defaults" / "main.yml"
+        defaults = (_yaml.safe_load(defaults_file.read_text()) if defaults_file.is_file() else None) or {}
+        for name, option in options.items():
+            if name not in defaults and "default" not in option:
+                assert option.get("required") is True, f"{role}: {name} has no default and is not required"
+    conditional = {"kubernetes_node": ["kubernetes_node_api_server", "kubernetes_node_discovery_file",
+                                       "kubernetes_node_join_token"],
+                   "node_reboot": ["node_reboot_power_cycle_command"]}
+    for role, names in conditional.items():
+        options = _yaml.safe_load((repo / "roles" / role / "meta" / "argument_specs.yml").read_text())[
+            "argument_specs"]["main"]["options"]
+        for name in names:
+            text = " ".join(options[name]["description"])
+            assert "Required" in text or "Requires" in text, (role, name)
