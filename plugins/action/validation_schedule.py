@@ -64,9 +64,9 @@ class ActionModule(ActionBase):
         hosts = args.get("hosts") or task_vars.get("ansible_play_hosts")
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise AnsibleActionFail("validation_schedule: hosts must be a non-empty list of inventory host names")
-        names = {k: str(args.get(k) or d) for k, d in (("hw_var", "gpunode_hw"), ("fabric_var", "gpunode_fabric"),
-                                                      ("default_fabric", "default"),
-                                                      ("address_var", "__validation_address"))}
+        given = (("hw_var", "gpunode_hw"), ("fabric_var", "gpunode_fabric"), ("default_fabric", "default"),
+                 ("address_var", "__validation_address"))
+        names = {k: str(args.get(k) or d) for k, d in given}
         specs, addresses, problems = gather(task_vars["hostvars"], hosts, **names)
         if problems:
             raise AnsibleActionFail("validation_schedule: " + "; ".join(problems))

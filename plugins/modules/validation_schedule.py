@@ -13,7 +13,7 @@ version_added: 0.3.0
 description:
   - Runs on the controller (action plugin). Reads every host of O(hosts) once (its discovery result O(hw_var), its
     fabric O(fabric_var) and the address its servers listen on O(address_var), as the hosts published them) and
-    returns the schedule of the RDMA bandwidth tests of the whole fleet. One pass over the hosts, O(N) time and
+    returns the schedule of the RDMA bandwidth tests of the whole fleet. One pass over the hosts, linear time and
     memory; nothing is templated again (a filter's result of this size would be walked again by the templar).
   - In every fabric the hosts form a ring of platform blocks (platforms in name order, hosts in play order within
     a block); host I(i) serves host I(i+1) on every rail both have (rail I(i) to rail I(i), as rail-optimized fabrics
