@@ -109,11 +109,16 @@ def adaptive_routing_mode(entries):
     return k8s_objects.adaptive_routing_mode(list(entries or []))
 
 
+def k8s_apply_plan(desired, live):
+    """The desired objects the cluster does not hold yet (``k8s_objects.apply_plan``)."""
+    return k8s_objects.apply_plan(list(desired or []), list(live or []))
+
+
 class FilterModule:
     """Kubernetes object filters."""
 
     def filters(self):
         funcs = (cluster_objects, cluster_objects_inputs, join_configuration, kubelet_node_labels, node_self_labels,
                  sriov_rails_from_hw,
-                 adaptive_routing_mode)
+                 adaptive_routing_mode, k8s_apply_plan)
         return {f.__name__: _wrap(f) for f in funcs}

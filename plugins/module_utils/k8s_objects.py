@@ -397,3 +397,53 @@ def join_configuration(node_name: str, labels: dict, taints: list, domain: str, 
         "nodeRegistration": {"name": node_name, "criSocket": cri_socket,
                              "taints": [dict(t) for t in taints], "kubeletExtraArgs": kubelet_args},
     }
+
+
+def _holds(want, have):
+    """Whether ``have`` (an object as the API returns it) already holds ``want`` (what an apply or a
+    patch would send): every key of a mapping (a None value: the key must be absent, as a merge patch
+    removes it), lists item by item at the same length, scalars equal (a number and its string, as the
+    API spells quantities such as ``"8"``, are equal; a boolean only equals a boolean)."""
+    if isinstance(want, dict):
+        if not isinstance(have, dict):
+            return False
+        for key, value in want.items():
+            if value is None:
+                if have.get(key) is not None:
+                    return False
+            elif key not in have or not _holds(value, have[key]):
+                return False
+        return True
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(_holds, want, have))
+    if isinstance(want, bool) or isinstance(have, bool):
+        return want is have
+    if want == have:
+        return True
+    return isinstance(want, (int, float, str)) and isinstance(have, (int, float, str)) and str(want) == str(have)
+
+
+def _key(obj):
+    meta = obj.get("metadata") or {}
+    return (obj.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def apply_plan(desired, live):
+    """The objects of ``desired`` that the cluster does not hold yet, in their order: absent from ``live``
+    (the objects of the same kinds as the API lists them), or present with a field that differs (fields the
+    API server adds, such as defaults, status and metadata, do not count). One pass over each list."""
+    if not isinstance(desired, list) or not isinstance(live, list):
+        raise K8sObjectsError("k8s_apply_plan: expects the desired objects and the live objects as lists")
+    have = {}
+    for obj in live:
+        if isinstance(obj, dict):
+            have[_key(obj)] = obj
+    out = []
+    for obj in desired:
+        if not isinstance(obj, dict) or not obj.get("kind") or not (obj.get("metadata") or {}).get("name"):
+            raise K8sObjectsError(f"k8s_apply_plan: a desired object without kind or metadata.name: {obj!r}")
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        current = have.get(_key(obj))
+        if current is None or not _holds(body, current):
+            out.append(obj)
+    return out

@@ -239,3 +239,35 @@ def test_cluster_objects_inputs_take_capacity_from_the_host_read_when_facts_were
     assert (out["gathered"]["cpu"], out["gathered"]["memory_mib"]) == (224, 2063731)
     assert (out["read"]["cpu"], out["read"]["memory_mib"]) == (224, 2063731)
     assert (out["neither"]["cpu"], out["neither"]["memory_mib"]) == (0, 0)
+
+
+def test_apply_plan_keeps_only_what_the_cluster_does_not_hold():
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.k8s_objects import K8sObjectsError, apply_plan
+
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
+              "spec": {"nodeLabels": {"a": "1"}}}
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "gpu"},
+             "spec": {"resourceGroups": [{"flavors": [{"name": "h100", "resources": [
+                 {"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]}}
+    local = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "gpu", "namespace": "team-a"}, "spec": {"clusterQueue": "gpu"}}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"x": "1", "old": None}}}
+    # as the API returns them: server-side metadata, defaults, status, a quantity as a string
+    live = [
+        {**flavor, "metadata": {"name": "h100", "uid": "u1", "resourceVersion": "7"}, "status": {}},
+        {**queue, "spec": {"resourceGroups": [{"flavors": [{"name": "h100", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}], "queueingStrategy": "BestEffortFIFO"}},
+        {"kind": "Node", "metadata": {"name": "n1", "labels": {"x": "1", "kubernetes.io/hostname": "n1"}}},
+    ]
+    assert apply_plan([flavor, queue, local, node], live) == [local]  # the LocalQueue is absent
+    changed = {**flavor, "spec": {"nodeLabels": {"a": "2"}}}
+    assert apply_plan([changed], live) == [changed]
+    # a label to remove (None) that is still there; a list of another length; a boolean against a number
+    stale = {"kind": "Node", "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": None}}}
+    assert apply_plan([stale], live) == [stale]
+    shorter = {**queue, "spec": {"resourceGroups": []}}
+    assert apply_plan([shorter], live) == [shorter]
+    flag = {"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"on": True}}
+    assert apply_plan([flag], [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"on": 1}}]) == [flag]
+    with pytest.raises(K8sObjectsError, match="without kind or metadata.name"):
+        apply_plan([{"kind": "Node"}], live)
