@@ -30,11 +30,11 @@ def _plain(name, what):
     return name
 
 
-def write_host_files(source, host_files):
-    """Write ``host_files`` (host -> the result_files module's registered result) to
-    ``<source>/hosts/<host>/<name>``, each file only when its content differs; returns the paths written, sorted.
-    A host whose read failed or was skipped (or that has no result) adds nothing. Every name is checked before any
-    file is written (a host cannot name a path outside its directory)."""
+def plan_host_files(source, host_files):
+    """Check ``host_files`` (host -> the result_files module's registered result) and list what to write:
+    ``[(folder, path, bytes)]`` under ``<source>/hosts/<host>/<name>``. A host whose read failed or was skipped (or
+    that has no result) adds nothing. Every name is checked here, before any file is written (a host cannot name a
+    path outside its directory)."""
     if not isinstance(host_files, dict):
         raise ValueError("expects host -> the registered result of result_files")
     planned = []
@@ -52,6 +52,12 @@ def write_host_files(source, host_files):
             if not isinstance(text, str):
                 raise ValueError(f"{host}: {name}: the content is not text")
             planned.append((folder, os.path.join(folder, _plain(name, f"{host}: file")), text.encode("utf-8")))
+    return planned
+
+
+def write_planned(planned):
+    """Write what ``plan_host_files`` planned, each file only when its content differs; returns the paths written,
+    sorted."""
     written = []
     present: dict[str, set] = {}
     for folder, path, data in planned:
@@ -73,6 +79,11 @@ def write_host_files(source, host_files):
                 handle.write(data)
         written.append(path)
     return sorted(written)
+
+
+def write_host_files(source, host_files):
+    """``plan_host_files`` then ``write_planned``: returns the paths written, sorted."""
+    return write_planned(plan_host_files(source, host_files))
 
 
 def gather(hostvars, hosts, sources=CONTRACT_SOURCES, fabric_var="gpunode_fabric", result_facts=None,
@@ -141,19 +152,19 @@ class ActionModule(ActionBase):
         try:
             if gathered:
                 inputs = inputs_from_facts(gathered[0], args.get("kueue") or [], args.get("run") or {})
-            copied = write_host_files(source, host_files)
+            planned = plan_host_files(source, host_files)
         except ReportInputError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from None
         except ValueError as exc:
             raise AnsibleActionFail(f"fleet_report: host_files: {exc}") from None
+        copied = write_planned(planned)
         try:
-            if inputs is not None:
-                _path, fleet_written = write_fleet_json(source, inputs)
-                if fleet_written:
-                    copied.append(str(_path))
+            fleet_written = write_fleet_json(source, inputs)[1] if inputs is not None else False
             written = write_report(source, output, inputs)
         except ReportInputError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from None
+        if fleet_written:
+            copied.append(os.path.join(source, "fleet.json"))
         files = {name: {"path": str(path), "written": bool(done)} for name, (path, done) in written.items()}
         result.update(changed=any(f["written"] for f in files.values()) or bool(copied), files=files, output=output,
                       host_files_written=copied,
