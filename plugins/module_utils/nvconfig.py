@@ -48,7 +48,7 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 # Ranges the firmware accepts for numeric parameters, checked against every device before any is
-# written (issue 16: card A written, card B refused). NUM_OF_VFS: hardware-facts.md "accepted maximum
+# written (card A must not be written when card B will be refused). NUM_OF_VFS: hardware-facts.md "accepted maximum
 # seen 127"; the others are the field widths (DSCP 6 bits, 802.1p 3 bits, an 8-priority mask, a VLAN id).
 NUMBER_RANGES = {"NUM_OF_VFS": (0, 127), "CNP_DSCP": (0, 63), "CNP_802P_PRIO": (0, 7), "ROCE_CC_PRIO_MASK": (0, 255),
                  "NUM_OF_PF": (1, 2), "BOOT_VLAN": (0, 4095)}

@@ -390,7 +390,7 @@ def _platform_name(platform: dict) -> str:
 def reboot_summary(reboot: dict | None, nic_firmware: dict | None = None) -> str:
     """One host's reboot.json as a line: ``failed: <reason>``, ``rebooted``, ``required, deferred``,
     ``still rebooting (no verdict)`` or ``not needed``; then, from nic_firmware.json's ``not_in_effect``, each
-    NV config value set for next boot that did not take effect after the bounded reboots (issue 16)."""
+    NV config value set for next boot that did not take effect after the bounded reboots."""
     line = _reboot_line(reboot)
     stuck = (nic_firmware or {}).get("not_in_effect") if isinstance(nic_firmware, dict) else None
     if isinstance(stuck, dict) and stuck:
