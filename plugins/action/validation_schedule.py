@@ -46,11 +46,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
         args = self._task.args
-        unknown = set(args) - self._VALID_ARGS
-        if unknown:
-            raise AnsibleActionFail(f"validation_schedule: unknown option(s) {', '.join(sorted(unknown))}")
         numbers = {}
         for name, (default, low, high) in INTEGERS.items():
             value = args.get(name, default)
