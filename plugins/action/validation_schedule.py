@@ -12,7 +12,6 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
-RAIL_KEYS = ("rail", "rdma_device", "pci_address", "netdev", "speed_gbps")
 INTEGERS = {"forks": (5, 1, 10000), "base_port": (18515, 1, validation.MAX_PORT), "test_timeout": (60, 1, 86400),
             "server_start_s": (30, 0, 86400)}
 
@@ -24,14 +23,11 @@ def gather(hostvars, hosts, hw_var="gpunode_hw", fabric_var="gpunode_fabric", de
     fleet = FleetVars(hostvars)
     specs, addresses, problems = {}, {}, []
     for host in hosts:
-        hw = fleet.get(host, hw_var)
-        if not isinstance(hw, dict) or not isinstance(hw.get("rails"), list):
+        spec = validation.schedule_host(fleet.get(host, hw_var), fleet.get(host, fabric_var) or default_fabric)
+        if spec is None:
             problems.append(f"{host}: {hw_var} is not a discovery result with rails (run the discovery role first)")
             continue
-        fabric = fleet.get(host, fabric_var)
-        specs[host] = {"fabric": str(fabric) if fabric not in (None, "") else default_fabric,
-                       "platform": validation.platform_key(hw),
-                       "rails": [{k: r.get(k) for k in RAIL_KEYS} for r in hw["rails"] if isinstance(r, dict)]}
+        specs[host] = spec
         address = fleet.get(host, address_var)
         if address not in (None, ""):
             addresses[host] = str(address)

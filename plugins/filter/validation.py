@@ -21,14 +21,9 @@ def _schedule_hosts(hws, fabrics, name, order=None):
     fabrics = fabrics or {}
     hosts = {}
     for host, hw in hws.items():
-        if not isinstance(hw, dict) or not isinstance(hw.get("rails"), list):
+        hosts[host] = validation.schedule_host(hw, fabrics.get(host))
+        if hosts[host] is None:
             raise AnsibleFilterError(f"validation_pairs: {host} has no gpunode_hw (run the discovery role first)")
-        hosts[host] = {
-            "fabric": fabrics.get(host) or "default",
-            "platform": validation.platform_key(hw),
-            "rails": [{k: r.get(k) for k in ("rail", "rdma_device", "pci_address", "netdev", "speed_gbps")}
-                      for r in hw["rails"]],
-        }
     return hosts
 
 

@@ -250,6 +250,18 @@ def platform_key(hw):
     return " ".join(p for p in (platform.get("vendor"), platform.get("product")) if p) or "unknown"
 
 
+SCHEDULE_RAIL_KEYS = ("rail", "rdma_device", "pci_address", "netdev", "speed_gbps")
+
+
+def schedule_host(hw, fabric=None):
+    """One host as ``bandwidth_schedule`` takes it, from its discovery result: ``{"fabric", "platform", "rails"}``
+    (``fabric`` None or empty is ``default``); None when ``hw`` is not a discovery result with rails."""
+    if not isinstance(hw, dict) or not isinstance(hw.get("rails"), list):
+        return None
+    return {"fabric": str(fabric) if fabric not in (None, "") else "default", "platform": platform_key(hw),
+            "rails": [{k: r.get(k) for k in SCHEDULE_RAIL_KEYS} for r in hw["rails"] if isinstance(r, dict)]}
+
+
 MAX_PORT = 65535
 
 
