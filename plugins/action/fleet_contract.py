@@ -53,11 +53,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
         args = self._task.args
-        unknown = set(args) - self._VALID_ARGS
-        if unknown:
-            raise AnsibleActionFail(f"fleet_contract: unknown option(s) {', '.join(sorted(unknown))}")
         sources = args.get("sources") or DEFAULT_SOURCES
         group_by = args.get("group_by", "gpunode_fabric")
         default_group = args.get("default_group", "default")

@@ -9,6 +9,7 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import DEFAULT_SOURCES
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (
     RESULT_FACTS,
     ReportInputError,
@@ -17,10 +18,6 @@ from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report im
     write_report,
 )
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
-
-# The contract facts the roles publish (the fleet_contract action's default sources).
-CONTRACT_SOURCES = ("discovery_contract", "ofed_contract", "gpu_driver_contract", "nic_firmware_contract",
-                    "sriov_contract", "roce_qos_contract")
 
 
 def _plain(name, what):
@@ -86,7 +83,7 @@ def write_host_files(source, host_files):
     return write_planned(plan_host_files(source, host_files))
 
 
-def gather(hostvars, hosts, sources=CONTRACT_SOURCES, fabric_var="gpunode_fabric", result_facts=None,
+def gather(hostvars, hosts, sources=DEFAULT_SOURCES, fabric_var="gpunode_fabric", result_facts=None,
            host_files_var=None):
     """One pass over ``hosts`` (plugin_utils/fleet_vars.py: published facts as they are, nothing templated
     again): ``({host: {fabric, contracts, facts, files}}, {host: registered result_files result})`` for
@@ -125,11 +122,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
+        result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
         args = self._task.args
-        unknown = set(args) - self._VALID_ARGS
-        if unknown:
-            raise AnsibleActionFail(f"fleet_report: unknown option(s) {', '.join(sorted(unknown))}")
         if not args.get("input"):
             raise AnsibleActionFail("fleet_report: input (the results directory) is required")
         source = os.path.abspath(os.path.expanduser(str(args["input"])))
@@ -175,17 +169,16 @@ class ActionModule(ActionBase):
         hosts = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts")
         if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
             raise AnsibleActionFail("fleet_report: hosts must be a non-empty list of inventory host names")
-        sources = args.get("sources") or list(CONTRACT_SOURCES)
+        sources = args.get("sources") or list(DEFAULT_SOURCES)
         if not isinstance(sources, list) or not all(isinstance(n, str) and n for n in sources):
             raise AnsibleActionFail("fleet_report: sources must be a list of variable names")
         result_facts = args.get("result_facts")
         if result_facts is not None and (not isinstance(result_facts, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in result_facts.items())):
             raise AnsibleActionFail("fleet_report: result_facts must map result names to variable names")
-        for name in ("kueue", "run"):
-            expected = list if name == "kueue" else dict
-            if args.get(name) is not None and not isinstance(args[name], expected):
-                raise AnsibleActionFail(f"fleet_report: {name} must be a {expected.__name__}")
+        for name, kind in (("kueue", list), ("run", dict)):
+            if args.get(name) is not None and not isinstance(args[name], kind):
+                raise AnsibleActionFail(f"fleet_report: {name} must be a {kind.__name__}")
         try:
             return gather(task_vars["hostvars"], hosts, sources, str(args.get("fabric_var") or "gpunode_fabric"),
                           result_facts, args.get("host_files_var"))

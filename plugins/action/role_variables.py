@@ -31,12 +31,9 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("prefix", "published"))
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars or {})
+        result = super().run(tmp, task_vars or {})  # refuses an option outside _VALID_ARGS, naming it
         task_vars = task_vars or {}
         args = self._task.args
-        unknown = set(args) - self._VALID_ARGS
-        if unknown:
-            raise AnsibleActionFail(f"role_variables: unknown option(s) {', '.join(sorted(unknown))}")
         prefix = args.get("prefix")
         published = args.get("published") or []
         if not isinstance(prefix, str) or not prefix.endswith("_") or prefix.startswith("_"):
