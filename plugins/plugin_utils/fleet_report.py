@@ -62,6 +62,21 @@ def _read_objects(path: Path) -> list[dict]:
     return objects
 
 
+def _place_result(entry: dict, stem: str, value, contracts_win: bool = False) -> None:
+    """Put one of a host's results (named by its file's stem) where the report reads it: ``discovery`` is the
+    hardware, ``validation`` the validation result, anything else under ``results``; a ``<role>_contract`` list
+    is also that role's contract, unless the host's contracts already have it and ``contracts_win``."""
+    if stem == "discovery":
+        entry["hw"] = value
+    elif stem == "validation":
+        entry["validation"] = value
+    else:
+        entry["results"][stem] = value
+        if stem.endswith(CONTRACT_SUFFIX) and isinstance(value, list) and not (
+                contracts_win and stem in entry["contracts"]):
+            entry["contracts"][stem] = value
+
+
 def load_inputs(directory: Path) -> dict:
     """Read an input directory into ``{"hosts": {host: {...}}, "kueue": [objects], "run": {id, time}}``
     (``run`` from fleet.json: the run that wrote it).
@@ -105,15 +120,7 @@ def load_inputs(directory: Path) -> dict:
         for host_dir in sorted(p for p in hosts_dir.iterdir() if p.is_dir()):
             entry = host(host_dir.name)
             for path in sorted(host_dir.glob("*.json")):
-                data = _read_json(path)
-                if path.stem == "discovery":
-                    entry["hw"] = data
-                elif path.stem == "validation":
-                    entry["validation"] = data
-                else:
-                    entry["results"][path.stem] = data
-                    if path.stem.endswith(CONTRACT_SUFFIX) and isinstance(data, list):
-                        entry["contracts"][path.stem] = data
+                _place_result(entry, path.stem, _read_json(path))
 
     kueue_dir = directory / "kueue"
     if kueue_dir.is_dir():
@@ -810,7 +817,7 @@ def _environment() -> jinja2.Environment:
     env.filters["display_value"] = lambda value, column: display_value(column, value)
     env.filters["cell_text"] = cell_text
     env.filters["device_text"] = device_text
-    env.filters["md"] = lambda text: str(text).replace("|", "\\|")
+    env.filters["md"] = _md
     # heatmap_svg escapes every name and value it writes (html.escape), so its SVG is markup as it is
     env.globals["heatmap_svg"] = lambda matrix: markupsafe.Markup(heatmap_svg(matrix))  # noqa: S704 - escaped above
     # the fleet-sized parts, escaped where they are written (html.escape)
@@ -868,14 +875,7 @@ def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None =
             except (TypeError, ValueError) as exc:
                 raise ReportInputError(f"{name}: {file_name}: not readable JSON ({exc})") from None
         for stem, value in sorted(results.items()):  # in file-name order, as load_inputs reads them
-            if stem == "discovery":
-                entry["hw"] = value
-            elif stem == "validation":
-                entry["validation"] = value
-            else:
-                entry["results"][stem] = value
-                if stem.endswith(CONTRACT_SUFFIX) and isinstance(value, list) and stem not in entry["contracts"]:
-                    entry["contracts"][stem] = value
+            _place_result(entry, stem, value, contracts_win=True)
     return {"hosts": out, "kueue": [o for o in kueue or [] if isinstance(o, dict)],
             "run": {k: (run or {}).get(k) for k in ("id", "time")}}
 
