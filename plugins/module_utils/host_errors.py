@@ -14,17 +14,12 @@ from __future__ import annotations
 import socket
 
 
-def host_prefix(name, host=None):
-    """``"mlxconfig on dgx01: "``."""
-    return f"{name} on {host or socket.gethostname()}: "
-
-
 def name_the_host(module, name):
     """Wrap ``module.fail_json`` so its ``msg`` starts with ``<name> on <host>: `` (a message that already
     names the host is left as it is; a leading ``<name>: `` is replaced). Returns the host name."""
     host = socket.gethostname()
     original = module.fail_json
-    prefix = host_prefix(name, host)
+    prefix = f"{name} on {host}: "
 
     def fail_json(msg=None, **kwargs):
         text = "" if msg is None else str(msg)
