@@ -197,7 +197,6 @@ msg:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import boot_units as bu
@@ -244,8 +243,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "boot_units")
-    host = socket.gethostname()
+    host = name_the_host(module, "boot_units")
 
     def fail(errors, **extra):
         module.fail_json(msg=f"boot_units on {host}: " + "; ".join(errors), errors=errors, **extra)

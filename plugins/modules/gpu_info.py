@@ -153,7 +153,6 @@ nvidia_smi_error:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
@@ -183,11 +182,11 @@ def main():
                        "nvidia_smi_path": {"type": "path"}},
         supports_check_mode=True,
     )
-    name_the_host(module, "gpu_info")
+    host = name_the_host(module, "gpu_info")
     root = module.params["sysfs_root"]
     smi = module.params["nvidia_smi_path"]
     if smi and not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
-        module.fail_json(msg=f"gpu_info on {socket.gethostname()}: nvidia_smi_path {smi} "
+        module.fail_json(msg=f"gpu_info on {host}: nvidia_smi_path {smi} "
                              f"{'is not executable' if os.path.exists(smi) else 'does not exist'}; leave it unset "
                              "to use nvidia-smi from PATH (absent before the driver is installed)", nvidia_smi_path=smi)
     try:

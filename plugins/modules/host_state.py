@@ -244,7 +244,6 @@ discovery_warnings:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
@@ -417,7 +416,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "host_state")
+    host = name_the_host(module, "host_state")
     params = module.params
     sysfs_root = params["sysfs_root"]
     reader = Reader(module)
@@ -427,7 +426,7 @@ def main():
         management = dict(mgmt.management_from_facts(plain, params["connection_address"]),
                           connection_address=params["connection_address"])
     try:
-        hardware = discover(sysfs_root, hostname=socket.gethostname(),
+        hardware = discover(sysfs_root, hostname=host,
                             management_interfaces=params["management_interfaces"],
                             detected_interfaces=list(dict.fromkeys(
                                 params["detected_interfaces"] + (management["interfaces"] if management else []))),

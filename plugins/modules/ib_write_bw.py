@@ -139,7 +139,6 @@ tests:
 """
 
 import os
-import socket
 import tempfile
 import time
 
@@ -225,7 +224,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "ib_write_bw")
+    host = name_the_host(module, "ib_write_bw")
     params = module.params
     bad = [f"{kind}[{index}] (id {test['id']}, device {test['device']}).port: expected a TCP port 1..65535, "
            f"got {test['port']}"
@@ -235,7 +234,7 @@ def main():
     if params["connect_retries"] < 0:
         bad.append(f"connect_retries: expected 0 or more, got {params['connect_retries']}")
     if bad:
-        module.fail_json(msg=f"ib_write_bw on {socket.gethostname()}: " + "; ".join(bad), errors=bad)
+        module.fail_json(msg=f"ib_write_bw on {host}: " + "; ".join(bad), errors=bad)
     ports = [t["port"] for t in params["servers"]]
     if len(set(ports)) != len(ports):
         module.fail_json(msg=f"ib_write_bw: two servers on one port: {sorted(ports)}")

@@ -305,7 +305,6 @@ discovery_warnings:
   sample: ["override for 0000:55:00.0: not present on this host; ignored"]
 """
 
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
@@ -323,10 +322,10 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "nic_info")
+    host = name_the_host(module, "nic_info")
     root = module.params["sysfs_root"]
     try:
-        result = discover(root, hostname=socket.gethostname(),
+        result = discover(root, hostname=host,
                           management_interfaces=module.params["management_interfaces"],
                           detected_interfaces=module.params["detected_interfaces"],
                           overrides=module.params["overrides"], caller="nic_info")

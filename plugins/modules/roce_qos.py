@@ -169,7 +169,6 @@ msg:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
@@ -253,8 +252,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "roce_qos")
-    host = socket.gethostname()
+    host = name_the_host(module, "roce_qos")
     root = module.params["sysfs_root"]
     runner = Runner(module, root, host)
     if not os.path.isdir(root):

@@ -96,7 +96,6 @@ msg:
 """
 
 import os
-import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import sriov
@@ -113,9 +112,8 @@ def main():
         },
         supports_check_mode=True,
     )
-    name_the_host(module, "sriov_vfs")
+    host = name_the_host(module, "sriov_vfs")
     root = module.params["sysfs_root"]
-    host = socket.gethostname()
 
     def fail(errors, **extra):
         module.fail_json(msg=f"sriov_vfs on {host}: " + "; ".join(errors), errors=errors, **extra)
