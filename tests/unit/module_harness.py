@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
@@ -36,3 +38,21 @@ def run_module(main, args: dict, expect: type[Exception] = ExitJson) -> dict:
     with patch_module_args(args), pytest.raises(expect) as err:
         main()
     return err.value.args[0]
+
+
+class PublishedHostVars(dict):
+    """``hostvars`` as the collection's action plugins read it (plugin_utils/fleet_vars.py): each host's
+    published facts in the variable manager's non-persistent fact cache."""
+
+    def __init__(self, hosts):
+        super().__init__({h: dict(v) for h, v in hosts.items()})
+        self._variable_manager = SimpleNamespace(_nonpersistent_fact_cache=hosts, _fact_cache={})
+
+
+def action_plugin(plugin, args, role_path=None):
+    """One of the collection's action plugins (its module, e.g. ``plugins.action.fleet_report``) as the task
+    executor builds it for one task's arguments, outside check mode."""
+    task = SimpleNamespace(args=args, async_val=0, check_mode=False,
+                           action=f"mlplatform.gpunode.{plugin.__name__.rsplit('.', 1)[-1]}",
+                           _role=SimpleNamespace(_role_path=role_path) if role_path else None)
+    return plugin.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)

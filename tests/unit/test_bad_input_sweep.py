@@ -20,7 +20,6 @@ import hashlib
 import os
 import socket
 from pathlib import Path
-from types import SimpleNamespace
 
 import fake_mft
 import pytest
@@ -50,7 +49,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import (
     roce_qos,
     sriov_vfs,
 )
-from module_harness import ExitJson, FailJson, patch_exits, run_module
+from module_harness import ExitJson, FailJson, PublishedHostVars, action_plugin, patch_exits, run_module
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -402,20 +401,6 @@ def test_module_errors_name_the_host(env, monkeypatch):
     assert named >= len(CASES) // 2  # most cases get past the argument checks
 
 
-def _action(plugin, args, role_path=None):
-    """An action plugin as the task executor builds it, for one task's arguments."""
-    task = SimpleNamespace(args=args, async_val=0, check_mode=False,
-                           action=f"mlplatform.gpunode.{plugin.__name__.rsplit('.', 1)[-1]}",
-                           _role=SimpleNamespace(_role_path=role_path) if role_path else None)
-    return plugin.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)
-
-
-class _HostVars(dict):
-    def __init__(self, hosts):
-        super().__init__({h: dict(v) for h, v in hosts.items()})
-        self._variable_manager = SimpleNamespace(_nonpersistent_fact_cache=hosts, _fact_cache={})
-
-
 def _contract(value):
     return [{"scope": "rail", "rail": 0, "pci_address": RAIL, "netdev": "eth0",
              "setting": "roce_accl.adaptive_routing_forced_en", "value": value}]
@@ -437,15 +422,16 @@ ACTION_CASES = [
     ("role_variables-specs", role_variables_action, "missing path", {"prefix": "ofed_"}, lambda t: {},
      "cannot read the options of"),
     ("fleet_contract-sources", fleet_contract_action, "wrong type", {"sources": "nic_firmware_contract"},
-     lambda t: {"hostvars": _HostVars({"a": {}}), "ansible_play_hosts": ["a"]}, "sources must be a list"),
+     lambda t: {"hostvars": PublishedHostVars({"a": {}}), "ansible_play_hosts": ["a"]}, "sources must be a list"),
     ("fleet_contract-key", fleet_contract_action, "unknown key", {"fail_on_drfit": False},
-     lambda t: {"hostvars": _HostVars({"a": {}}), "ansible_play_hosts": ["a"]},
+     lambda t: {"hostvars": PublishedHostVars({"a": {}}), "ansible_play_hosts": ["a"]},
      "Invalid options for mlplatform.gpunode.fleet_contract: fail_on_drfit"),
     ("fleet_contract-entry", fleet_contract_action, "wrong type", {"output": "{out}/contract.json"},
-     lambda t: {"hostvars": _HostVars({"a": {"nic_firmware_contract": [{"setting": "x"}]}}),
+     lambda t: {"hostvars": PublishedHostVars({"a": {"nic_firmware_contract": [{"setting": "x"}]}}),
                 "ansible_play_hosts": ["a"]}, "a: nic_firmware_contract[0]"),
     ("fleet_contract-not-list", fleet_contract_action, "wrong type", {"output": "{out}/contract.json"},
-     lambda t: {"hostvars": _HostVars({"a": {"roce_qos_contract": {"setting": "x"}}}), "ansible_play_hosts": ["a"]},
+     lambda t: {"hostvars": PublishedHostVars({"a": {"roce_qos_contract": {"setting": "x"}}}),
+                "ansible_play_hosts": ["a"]},
      "a: roce_qos_contract must be a list of entries, got dict"),
     ("fleet_report-input", fleet_report_action, "missing path", {"input": "{out}/nope"}, lambda t: {},
      "is not a directory"),
@@ -460,16 +446,16 @@ ACTION_CASES = [
      {"input": "{out}", "host_files": {"a": {"files": {"ok.json": {"content": "{}"}, "b.json": {"content": 5}}}}},
      lambda t: {}, "a: b.json: the content is not text"),
     ("validation_schedule-range", validation_schedule_action, "out of range", {"forks": 0},
-     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
+     lambda t: {"hostvars": PublishedHostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
      "forks 0 is out of range 1-10000"),
     ("validation_schedule-port", validation_schedule_action, "out of range", {"base_port": 70000},
-     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
+     lambda t: {"hostvars": PublishedHostVars({"a": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a"]},
      "base_port 70000 is out of range 1-65535"),
     ("validation_schedule-hw", validation_schedule_action, "missing path", {},
-     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw()}, "b": {}}), "ansible_play_hosts": ["a", "b"]},
+     lambda t: {"hostvars": PublishedHostVars({"a": {"gpunode_hw": _hw()}, "b": {}}), "ansible_play_hosts": ["a", "b"]},
      "b: gpunode_hw is not a discovery result with rails"),
     ("validation_schedule-address", validation_schedule_action, "missing path", {},
-     lambda t: {"hostvars": _HostVars({"a": {"gpunode_hw": _hw(), "__validation_address": "10.0.0.1"},
+     lambda t: {"hostvars": PublishedHostVars({"a": {"gpunode_hw": _hw(), "__validation_address": "10.0.0.1"},
                                        "b": {"gpunode_hw": _hw()}}), "ansible_play_hosts": ["a", "b"]},
      "no __validation_address for server host(s) b"),
 ]
@@ -486,7 +472,7 @@ def test_action_bad_input_is_a_clear_error_with_nothing_written(tmp_path, plugin
     out.mkdir()
     args = {k: v.format(out=out) if isinstance(v, str) else v for k, v in args.items()}
     before = _tree(tmp_path)
-    action = _action(plugin, args, role_path=str(tmp_path / "no-role"))
+    action = action_plugin(plugin, args, role_path=str(tmp_path / "no-role"))
     try:
         result = action.run(task_vars=task_vars(tmp_path))
     except AnsibleActionFail as exc:

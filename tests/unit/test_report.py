@@ -326,22 +326,12 @@ def _facts_fleet(hw):
     return facts
 
 
-class _HostVars(dict):
-    """``hostvars`` as the action plugins read it: each host's published facts in the variable manager."""
-
-    def __init__(self, hosts):
-        super().__init__(hosts)
-        self._variable_manager = type("VM", (), {"_nonpersistent_fact_cache": hosts, "_fact_cache": {}})()
-
-
 def _report_action(args, facts):
-    from types import SimpleNamespace
+    from ansible_collections.mlplatform.gpunode.plugins.action import fleet_report
+    from module_harness import PublishedHostVars, action_plugin  # tests/unit is on sys.path
 
-    from ansible_collections.mlplatform.gpunode.plugins.action.fleet_report import ActionModule
-
-    task = SimpleNamespace(args=args, async_val=0, check_mode=False, action="mlplatform.gpunode.fleet_report")
-    action = ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)
-    return action.run(task_vars={"hostvars": _HostVars(facts), "ansible_play_hosts_all": sorted(facts)})
+    return action_plugin(fleet_report, args).run(
+        task_vars={"hostvars": PublishedHostVars(facts), "ansible_play_hosts_all": sorted(facts)})
 
 
 def test_report_from_facts_records_the_results_and_renders_what_they_render(hw, tmp_path):
