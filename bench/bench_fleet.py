@@ -151,7 +151,7 @@ class Fleet:
         self.loader = DataLoader()
         self.inventory = InventoryManager(loader=self.loader, sources=[])
         self.inventory.add_group("gpu_nodes")
-        self.facts, self.facts_cache = {}, {}
+        self.facts = {}
         vm = self.vm = VariableManager(loader=self.loader, inventory=self.inventory)
         for name in self.names:
             self.inventory.add_host(name, group="gpu_nodes")
@@ -164,7 +164,6 @@ class Fleet:
             vm.set_host_facts(name, {"processor_vcpus": 224, "memtotal_mb": 2097152})
             vm.set_nonpersistent_facts(name, facts)
             self.facts[name] = facts
-            self.facts_cache[name] = dict(facts)
         self.hostvars = HostVars(inventory=self.inventory, variable_manager=vm, loader=self.loader)
 
     def template(self, expression: str, **variables):
@@ -181,6 +180,19 @@ def cluster_objects_role(fleet: Fleet) -> dict:
                           cluster_objects_sriov_rails_from_discovery=True, __cluster_objects_settings=SETTINGS)
 
 
+def run_action(name: str, args: dict, fleet: Fleet, **task_vars) -> dict:
+    """The collection's action plugin ``name`` as the task executor builds it for one task's arguments, run with
+    the fleet's ``hostvars`` and ``task_vars``."""
+    import importlib
+    from types import SimpleNamespace
+
+    plugin = importlib.import_module(f"ansible_collections.mlplatform.gpunode.plugins.action.{name}")
+    action = plugin.ActionModule(SimpleNamespace(args=args, async_val=0, check_mode=False,
+                                                 action=f"mlplatform.gpunode.{name}"),
+                                 SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, fleet.loader, None)
+    return action.run(task_vars={"hostvars": fleet.hostvars, **task_vars})
+
+
 def schedule_role(fleet: Fleet) -> dict:
     """The bandwidth stage's schedule task as Ansible runs it: its arguments templated from
     roles/validation/tasks/bandwidth.yml, the validation_schedule action run over ``hostvars``, then
@@ -188,11 +200,9 @@ def schedule_role(fleet: Fleet) -> dict:
     process queue (pickled), the strategy keeps a cleaned copy for ``register`` and the callbacks get
     another one."""
     import pickle
-    from types import SimpleNamespace
 
     import yaml
     from ansible.vars.clean import module_response_deepcopy, strip_internal_keys
-    from ansible_collections.mlplatform.gpunode.plugins.action.validation_schedule import ActionModule
 
     tasks = yaml.safe_load((REPO / "roles" / "validation" / "tasks" / "bandwidth.yml").read_text(encoding="utf-8"))
     task = next(t for t in tasks if t.get("name") == "Bandwidth | Schedule the tests (every platform pair of each "
@@ -201,10 +211,7 @@ def schedule_role(fleet: Fleet) -> dict:
                  "validation_bandwidth_timeout": 60, "validation_bandwidth_server_start_s": 30}
     args = {k: fleet.template(v, **role_vars) if isinstance(v, str) else v
             for k, v in task["mlplatform.gpunode.validation_schedule"].items()}
-    action = ActionModule(SimpleNamespace(args=args, async_val=0, check_mode=False,
-                                          action="mlplatform.gpunode.validation_schedule"),
-                          SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, fleet.loader, None)
-    result = action.run(task_vars={"hostvars": fleet.hostvars, "ansible_play_hosts": fleet.names})
+    result = run_action("validation_schedule", args, fleet, ansible_play_hosts=fleet.names)
     result = pickle.loads(pickle.dumps(result))  # noqa: S301 - our own bytes, as the worker's queue carries them
     registered = strip_internal_keys(module_response_deepcopy(result))  # the register copy
     module_response_deepcopy(result)  # the callbacks' copy
@@ -258,29 +265,22 @@ def report_facts(fleet: Fleet, schedule: dict) -> dict:
             name: {"content": json.dumps(data, indent=4, sort_keys=True) + "\n"} for name, data in files.items()}}
         published = {"validation_result": result, "nic_firmware_result": nic_firmware, "__report_results": registered}
         fleet.vm.set_nonpersistent_facts(host, published)
-        fleet.facts_cache[host].update(published)
-        read[host] = {k: fleet.facts_cache[host][k] for k in (
-            "gpunode_fabric", "gpunode_hw", "nic_firmware_contract", "roce_qos_contract", *published)}
+        read[host] = {**{k: f[k] for k in ("gpunode_fabric", "gpunode_hw", "nic_firmware_contract",
+                                           "roce_qos_contract")}, **published}
     return read
 
 
 def report_action(fleet: Fleet, workdir: Path) -> int:
     """The report stage's task as playbooks/report.yml runs it: the fleet_report action over the play's facts,
     recording them in the results directory and rendering report.html, report.md and report.json."""
-    from types import SimpleNamespace
-
     import yaml
-    from ansible_collections.mlplatform.gpunode.plugins.action.fleet_report import ActionModule
 
     plays = yaml.safe_load((REPO / "playbooks" / "report.yml").read_text(encoding="utf-8"))
     task = next(t for play in plays for t in play["tasks"] if "mlplatform.gpunode.fleet_report" in t)
     args = dict(task["mlplatform.gpunode.fleet_report"])
     args.update(input=str(workdir), hosts=fleet.names, sources=plays[1]["vars"]["gpunode_report_contract_sources"],
                 kueue=fleet.kueue, run={"id": "run-bench", "time": "2026-12-01 00:00:00 UTC"})
-    action = ActionModule(SimpleNamespace(args=args, async_val=0, check_mode=False,
-                                          action="mlplatform.gpunode.fleet_report"),
-                          SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, fleet.loader, None)
-    result = action.run(task_vars={"hostvars": fleet.hostvars, "ansible_play_hosts_all": fleet.names})
+    result = run_action("fleet_report", args, fleet, ansible_play_hosts_all=fleet.names)
     if result.get("failed"):
         raise RuntimeError(result.get("msg"))
     return (workdir / "report.html").stat().st_size
