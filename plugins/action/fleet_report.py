@@ -83,12 +83,13 @@ def write_host_files(source, host_files):
     return write_planned(plan_host_files(source, host_files))
 
 
-def gather(hostvars, hosts, sources=DEFAULT_SOURCES, fabric_var="gpunode_fabric", result_facts=None,
+def gather(hostvars, hosts, sources=None, fabric_var="gpunode_fabric", result_facts=None,
            host_files_var=None):
     """One pass over ``hosts`` (plugin_utils/fleet_vars.py: published facts as they are, nothing templated
     again): ``({host: {fabric, contracts, facts, files}}, {host: registered result_files result})`` for
     ``inputs_from_facts`` and ``write_host_files``."""
     fleet = FleetVars(hostvars)
+    sources = DEFAULT_SOURCES if sources is None else sources
     result_facts = RESULT_FACTS if result_facts is None else result_facts
     hosts_data, registered = {}, {}
     for host in hosts:

@@ -44,25 +44,14 @@ author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
-    support: full
     details: Nothing is written in check mode.
-  diff_mode:
-    support: none
-  action:
-    support: full
-  async:
-    support: none
   platform:
-    support: full
-    platforms: all
     details: Runs on the controller; it reads the results directory there, or the facts the hosts published.
-  bypass_host_loop:
-    support: none
   run_once:
-    description: Can be used with C(run_once).
-    support: full
     details: Meant to run once per play.
 extends_documentation_fragment:
+  - mlplatform.gpunode.controller_action
+  - mlplatform.gpunode.controller_action.run_once
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
 options:

@@ -22,21 +22,11 @@ author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
-    support: full
     details: It only reads variables on the controller.
-  diff_mode:
-    support: none
-  action:
-    support: full
-  async:
-    support: none
   platform:
-    support: full
-    platforms: all
     details: Runs on the controller; no host round trip.
-  bypass_host_loop:
-    support: none
 extends_documentation_fragment:
+  - mlplatform.gpunode.controller_action
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
 options:

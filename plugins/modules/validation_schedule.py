@@ -30,25 +30,14 @@ author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
   check_mode:
-    support: full
     details: Read-only; it computes the same schedule in check mode.
-  diff_mode:
-    support: none
-  action:
-    support: full
-  async:
-    support: none
   platform:
-    support: full
-    platforms: all
     details: Runs on the controller; it reads the facts the hosts published.
-  bypass_host_loop:
-    support: none
   run_once:
-    description: Can be used with C(run_once).
-    support: full
     details: Meant to run once per play; it plans every host of O(hosts) in that one run.
 extends_documentation_fragment:
+  - mlplatform.gpunode.controller_action
+  - mlplatform.gpunode.controller_action.run_once
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
 options:
