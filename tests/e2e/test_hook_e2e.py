@@ -207,8 +207,13 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     # The host shares the controller's network namespace: cloud-init must not configure networking.
     # At init only ca_certs (installs the site CA the hook's certificate is from) and ssh (which
     # (re)generates the host keys as on a first boot) run.
-    in_host("printf 'network: {config: disabled}\\npreserve_hostname: true\\ncloud_init_modules: [ca_certs, ssh]\\n' "
-            "> /etc/cloud/cloud.cfg.d/99-gpunode-sim.cfg")
+    # A cloud-init stage that exits 1 hangs the reboot site.yml makes: systemd (cgroup v1 in a container,
+    # TimeoutSec=0 in cloud-config/cloud-final.service) then waits forever in stop-sigterm for the unit's
+    # empty cgroup. Two modules fail here for reasons of the simulator's image, not of the host under test:
+    # locale (no `locales` package) and ssh-authkey-fingerprints (no default user, since the users module
+    # does not run). `locale: false` and `no_ssh_fingerprints: true` are cloud-init's own switches for them.
+    in_host("printf 'network: {config: disabled}\\npreserve_hostname: true\\ncloud_init_modules: [ca_certs, ssh]\\n"
+            "locale: false\\nno_ssh_fingerprints: true\\n' > /etc/cloud/cloud.cfg.d/99-gpunode-sim.cfg")
     in_host("cloud-init init")  # the network stage: finds the NoCloud seed and processes the user data
     # Once per instance, as at a first boot: the semaphore it leaves keeps cloud-init's own final
     # stage from posting again when site.yml reboots the host for its firmware.
@@ -239,6 +244,10 @@ def test_cloud_init_phone_home_provisions_the_host(sim_host, hook):
     assert store_requests["counts"] == {"ok": 1}
     assert host["instance_id"] == INSTANCE_ID
     assert host["requests"] == 1
+    # The reboot site.yml made ran cloud-init's config and final stages once more; both ended well, and
+    # the final stage did not post again (the request count above is still 1).
+    stages = in_host("systemctl show -p Result --value cloud-config.service cloud-final.service").stdout.split()
+    assert stages == ["success", "success"], f"cloud-config, cloud-final: {stages}"
     assert [r["hosts"] for r in api.get(f"{base}/v1/runs", headers=auth).json()["runs"]] == [[HOST]]
     # known_hosts holds exactly the host's own public keys.
     keys = in_host("cat /etc/ssh/ssh_host_*_key.pub").stdout.splitlines()

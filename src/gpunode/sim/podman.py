@@ -70,8 +70,11 @@ def exists(name: str) -> bool:
     return run("container", "exists", name, check=False).returncode == 0
 
 
-def wait_booted(name: str, timeout: float = 90.0) -> str:
-    """Wait until systemd in ``name`` reports running (or degraded); return that state."""
+def wait_booted(name: str, timeout: float = 240.0) -> str:
+    """Wait until systemd in ``name`` reports running (or degraded); return that state.
+
+    A real H100 server takes minutes to boot, so the budget is generous; a boot that still does not
+    finish is reported with the jobs systemd is still waiting for, which name the unit that hangs."""
     deadline = time.monotonic() + timeout
     state = "unknown"
     while time.monotonic() < deadline:
@@ -80,4 +83,6 @@ def wait_booted(name: str, timeout: float = 90.0) -> str:
         if state in ("running", "degraded"):
             return state
         time.sleep(0.5)
-    raise PodmanError(f"container {name}: systemd did not finish booting within {timeout:.0f}s (state {state})")
+    jobs = run("exec", name, "systemctl", "list-jobs", "--no-pager", "--no-legend", check=False).stdout.strip()
+    raise PodmanError(f"container {name}: systemd did not finish booting within {timeout:.0f}s (state {state}); "
+                      f"jobs still queued: {'; '.join(' '.join(line.split()) for line in jobs.splitlines()) or 'none'}")
