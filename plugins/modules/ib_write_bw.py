@@ -87,7 +87,11 @@ options:
     type: int
     default: 10
   server_check_s:
-    description: Seconds to wait after starting the servers before checking that each still runs.
+    description:
+      - At most this many seconds to wait after starting the servers for each to listen on its TCP port (read from
+        C(/proc/net/tcp) and C(/proc/net/tcp6)) or to exit. One that exited did not start; one still running
+        then is taken as started.
+      - A port that something else already listens on is refused before any server starts on it.
     type: float
     default: 1.0
 seealso:
@@ -148,28 +152,73 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors imp
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
 
+def _listening_ports():
+    """TCP ports in LISTEN state in this network namespace (``/proc/net/tcp`` and ``tcp6``, state ``0A``),
+    or None when neither file can be read."""
+    ports, readable = set(), False
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports if readable else None
+
+
+def _exit_error(pid, log):
+    """``None`` while ``pid`` runs (or ended well), else the reason it failed, from its log."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    rc = os.waitstatus_to_exitcode(status) if done else None
+    if rc in (None, 0):
+        return None
+    with open(log, "rb") as handle:
+        text = handle.read(4096).decode("utf-8", "replace")
+    return f"exit status {rc}: {perftest.failure_reason(text, '', rc)}"
+
+
 def _start_servers(module, binary, servers, extra, timeout, check_s=0.0):
-    """Start every server in the background -> ``(started {id: pid}, server_errors {id: reason})``:
-    a server that already exited after ``check_s`` seconds did not start (wrong device, port taken)."""
+    """Start every server in the background -> ``(started {id: pid}, server_errors {id: reason})``.
+
+    A server is up once its TCP port (where perftest exchanges the connection data) is in LISTEN; one that
+    exited within ``check_s`` seconds did not start (wrong device, port taken). The module polls, so it
+    waits ``check_s`` only for a server that neither listens nor exits. A port something else already
+    listens on is refused before any server starts on it."""
     timeout_bin = module.get_bin_path("timeout", required=True)
     logdir = tempfile.mkdtemp(prefix="gpunode-ib_write_bw-")
-    started, procs = {}, {}
+    taken = _listening_ports() or set()
+    started, procs, errors = {}, {}, {}
     for server in servers:
+        if server["port"] in taken:
+            errors[server["id"]] = (f"port {server['port']} is already in use (another process listens on it): "
+                                    "not started")
+            continue
         lifetime = server.get("lifetime") or timeout
         argv = [timeout_bin, str(lifetime), *perftest.server_argv(binary, server["device"], server["port"], extra)]
         log = os.path.join(logdir, f"{server['port']}.log")
         started[server["id"]] = pid = _spawn_detached(argv, log)
-        procs[server["id"]] = (pid, log)
-    errors = {}
+        procs[server["id"]] = (pid, log, server["port"])
     if check_s and procs:
-        time.sleep(check_s)
-        for test_id, (pid, log) in procs.items():
-            done, status = os.waitpid(pid, os.WNOHANG)
-            rc = os.waitstatus_to_exitcode(status) if done else None
-            if rc not in (None, 0):
-                with open(log, "rb") as handle:
-                    text = handle.read(4096).decode("utf-8", "replace")
-                errors[test_id] = f"exit status {rc}: {perftest.failure_reason(text, '', rc)}"
+        deadline = time.monotonic() + check_s
+        waiting = dict(procs)
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+            listening = _listening_ports()
+            for test_id, (pid, log, port) in list(waiting.items()):
+                error = _exit_error(pid, log)
+                if error:
+                    errors[test_id] = error
+                    del waiting[test_id]
+                elif listening is not None and port in listening:
+                    del waiting[test_id]
+        for test_id, (pid, log, _port) in waiting.items():
+            error = _exit_error(pid, log)
+            if error:
+                errors[test_id] = error
     return started, errors
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -52,3 +53,76 @@ def test_servers_start_detached_and_the_module_returns_at_once(tmp_path, monkeyp
     finally:
         os.killpg(pid, signal.SIGKILL)  # timeout(1) and the server under it
         os.waitpid(pid, 0)
+
+
+def _listening_tool(bindir: Path) -> None:
+    """An ib_write_bw server that listens on its -p port, as perftest does for the connection data, then serves."""
+    bindir.mkdir()
+    tool = bindir / "ib_write_bw"
+    tool.write_text(f"#!{sys.executable}\nimport socket, sys, time\n"
+                    "port = int(sys.argv[sys.argv.index('-p') + 1])\n"
+                    "sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                    "sock.bind(('127.0.0.1', port)); sock.listen(1)\n"
+                    "time.sleep(60)\n")
+    tool.chmod(0o755)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_servers_are_up_once_they_listen_not_after_a_fixed_wait(tmp_path, monkeypatch):
+    _listening_tool(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    patch_exits(monkeypatch)
+    port = _free_port()
+    began = time.monotonic()
+    result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": port}],
+                                           "timeout": 30, "server_check_s": 20})
+    pid = result["started"]["a:0-b:0"]
+    try:
+        # Returned once the port listened, long before the 20 s budget; the server is up and not an error.
+        assert time.monotonic() - began < 10
+        assert result["server_errors"] == {}
+        assert port in ib_write_bw._listening_ports()
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_port_something_else_listens_on_is_refused_before_any_server_starts(tmp_path, monkeypatch):
+    _listening_tool(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    patch_exits(monkeypatch)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": port}],
+                                               "timeout": 30, "server_check_s": 5})
+    assert result["started"] == {}
+    assert result["server_errors"] == {"a:0-b:0": f"port {port} is already in use (another process listens on it): "
+                                                   "not started"}
+    assert not (tmp_path / f"{port}.log").exists()  # nothing was started on it
+
+
+def test_a_server_that_exits_is_a_server_error_with_its_reason(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "ib_write_bw"
+    tool.write_text(f"#!{sys.executable}\nimport sys\n"
+                    "print(' Couldn\\'t listen to port 18515: Address already in use', flush=True)\nsys.exit(1)\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    patch_exits(monkeypatch)
+    result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": _free_port()}],
+                                           "timeout": 30, "server_check_s": 10})
+    assert list(result["started"]) == ["a:0-b:0"]
+    assert result["server_errors"]["a:0-b:0"].startswith("exit status 1: ")
+    assert "Couldn't listen to port 18515" in result["server_errors"]["a:0-b:0"]
