@@ -1,0 +1,137 @@
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller side of ``mlplatform.gpunode.bandwidth_history`` (documentation:
+plugins/modules/bandwidth_history.py)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from contextlib import closing
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.validation import check_type_float, check_type_int
+from ansible.plugins.action import ActionBase
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import collection_info
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
+
+NUMBERS = {"window": (check_type_int, 10, 1, 1000), "min_points": (check_type_int, 3, 1, 1000),
+           "drop_pct": (check_type_float, 10.0, 0.0, 100.0), "threshold_pct": (check_type_float, 90.0, 0.0, 100.0),
+           "trend_points": (check_type_int, 20, 1, 1000)}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS bandwidth (
+    id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL, rail INTEGER NOT NULL, peer TEXT NOT NULL, peer_rail INTEGER NOT NULL,
+    side TEXT NOT NULL, gbps REAL, line_rate_gbps REAL, time REAL NOT NULL, run TEXT NOT NULL, version TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS bandwidth_rail ON bandwidth (host, rail, time);
+"""
+INSERT = ("INSERT INTO bandwidth (host, rail, peer, peer_rail, side, gbps, line_rate_gbps, time, run, version) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def open_db(path):
+    """The history database at ``path``, created 0600 (and its directory 0700) when missing."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if not os.path.exists(path):
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+    conn = sqlite3.connect(path, timeout=30)
+    conn.executescript(SCHEMA)
+    return conn
+
+
+def earlier_results(conn, keys, window, before_run):
+    """``{(host, rail): [gbps, ...]}``: each rail's last ``window`` results of earlier runs, oldest first."""
+    out = {}
+    for host, rail in keys:
+        cur = conn.execute("SELECT gbps FROM bandwidth WHERE host = ? AND rail = ? AND run != ? AND gbps IS NOT NULL "
+                           "ORDER BY time DESC, id DESC LIMIT ?", (host, rail, before_run, window))
+        out[(host, rail)] = [row[0] for row in cur.fetchall()][::-1]
+    return out
+
+
+def trend(conn, keys, points):
+    """``{"host/rail": [{time, gbps, run}, ...]}``: each rail's last ``points`` results (lowest per run), oldest
+    first, for the report's trend plot."""
+    out = {}
+    for host, rail in keys:
+        cur = conn.execute("SELECT run, MIN(time), MIN(gbps) FROM bandwidth WHERE host = ? AND rail = ? GROUP BY run "
+                           "ORDER BY MIN(time) DESC LIMIT ?", (host, rail, points))
+        out[f"{host}/{rail}"] = [{"run": r, "time": t, "gbps": g} for r, t, g in cur.fetchall()][::-1]
+    return out
+
+
+class ActionModule(ActionBase):
+    """Record every host's bandwidth results in the SQLite history on the controller and judge each rail against
+    its own baseline."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("db", "hosts", "result_var", "run", "version", *NUMBERS))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
+        args = self._task.args
+        numbers = {}
+        for name, (check, default, low, high) in NUMBERS.items():
+            value = args.get(name, default)
+            try:
+                value = check(value)
+            except TypeError:
+                raise AnsibleActionFail(f"bandwidth_history: {name} must be a number, got {value!r}") from None
+            if not low <= value <= high:
+                raise AnsibleActionFail(f"bandwidth_history: {name} {value} is out of range {low}-{high}")
+            numbers[name] = value
+        db = args.get("db")
+        if not isinstance(db, str) or not db:
+            raise AnsibleActionFail("bandwidth_history: db must be the path of the history database on the controller")
+        hosts = args.get("hosts") or task_vars.get("ansible_play_hosts")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise AnsibleActionFail("bandwidth_history: hosts must be a non-empty list of inventory host names")
+        result_var = str(args.get("result_var") or "validation_result")
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+        run = str(args.get("run") or os.environ.get("GPUNODE_RUN_ID") or f"run-{stamp}")
+        version = str(args.get("version") or collection_info()["version"] or "unknown")
+
+        fleet = FleetVars(task_vars["hostvars"])
+        rows, missing = [], []
+        for host in hosts:
+            value = fleet.get(host, result_var)
+            if value is None:
+                missing.append(host)
+                continue
+            try:
+                rows.extend(bh.rows_from_validation(host, value, time=now, run=run, version=version))
+            except bh.HistoryError as exc:
+                raise AnsibleActionFail(f"bandwidth_history: {exc}") from None
+        if missing:
+            raise AnsibleActionFail(f"bandwidth_history: no {result_var} for host(s) {', '.join(missing)} "
+                                    "(run the validation role on them first)")
+        keys = sorted({(r["host"], r["rail"]) for r in rows})
+        try:
+            with closing(open_db(db)) as conn, conn:
+                earlier = earlier_results(conn, keys, numbers["window"], run)
+                if not self._task.check_mode:
+                    conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
+                trends = trend(conn, keys, numbers["trend_points"])
+        except (OSError, sqlite3.Error) as exc:
+            raise AnsibleActionFail(f"bandwidth_history: the history database {db} cannot be used: {exc}") from None
+        findings = bh.judge(rows, earlier, window=numbers["window"], min_points=numbers["min_points"],
+                            drop_pct=numbers["drop_pct"], threshold_pct=numbers["threshold_pct"])
+        flagged = [f for f in findings if f["reasons"]]
+        by_host = {}
+        for finding in flagged:
+            by_host.setdefault(finding["host"], []).append(bh.describe(finding))
+        recorded = 0 if self._task.check_mode else len(rows)
+        result.update(changed=recorded > 0, recorded=recorded, run=run, version=version, rails=findings,
+                      regressions=flagged, by_host=by_host, trend=trends,
+                      msg=f"{len(rows)} result(s) of {len(keys)} rail(s) recorded in {db}; "
+                          f"{len(flagged)} rail(s) regressed, below line rate or failed")
+        return result
