@@ -1,0 +1,125 @@
+"""End to end: day-two revalidation (playbooks/revalidate.yml) of a converged DGX H100 + HGX H100 pair.
+
+site.yml converges the pair against the Kubernetes API emulator. A first revalidate.yml run passes both hosts
+and starts the bandwidth history (SQLite on the controller). Then two faults are injected behind the collection's
+back, as in the field: adaptive routing flipped on one HGX rail, and one DGX rail down to 200 Gb/s. The second
+run must fail exactly those hosts, each with a line naming the device: the HGX for its ROCE_ACCL drift, the DGX
+for its degraded rail and for a bandwidth regression against that rail's own history (the rail's line rate is
+now 200 Gb/s, so the result still passes the line-rate threshold: only the history sees the drop). The history
+holds every result of both runs. Revalidation changes no setting: the adaptive routing stays flipped.
+
+Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTS = {"rv-dgx": "dgx-h100", "rv-hgx": "hgx-h100"}
+KAPI_PORT = 18646
+
+
+def sh(*argv, env, check=True, timeout=1800):
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout,
+                          check=False)
+    if check and proc.returncode != 0:
+        tail = f"{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
+        raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    state = tmp_path_factory.mktemp("revalidate")
+    env = {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_REPORT_DIR": str(state / "report"),
+           "ANSIBLE_NOCOLOR": "1"}
+    kapi = state / "kapi"
+    inventory = state / "hosts.yml"
+    sh("gpunode", "sim", "up", "--replace", *[f"{h}={p}" for h, p in HOSTS.items()], env=env)
+    sh("gpunode", "kapi", "start", "--port", str(KAPI_PORT), "--state", str(kapi), env=env)
+    try:
+        sh("gpunode", "sim", "inventory", "-o", str(inventory), *HOSTS, env=env)
+        sh("ansible-playbook", "playbooks/sim_cluster.yml",
+           "-e", json.dumps({"gpunode_sim_kapi_port": KAPI_PORT, "gpunode_sim_kapi_dir": str(kapi)}), env=env)
+        sh("ansible-playbook", "-i", str(inventory), "playbooks/site.yml", "-e", f"@{kapi / 'site-vars.yml'}",
+           "-e", '{"gpunode_reboot_ok": true}', env=env)
+        yield {"env": env, "inventory": inventory, "db": state / "history.sqlite", "vars": kapi / "site-vars.yml"}
+    finally:
+        sh("gpunode", "sim", "down", "--missing-ok", *HOSTS, env=env, check=False)
+        sh("gpunode", "kapi", "stop", "--state", str(kapi), env=env, check=False)
+
+
+def revalidate(fleet):
+    return sh("ansible-playbook", "-i", str(fleet["inventory"]), "playbooks/revalidate.yml",
+              "-e", f"@{fleet['vars']}",
+              "-e", json.dumps({"gpunode_bandwidth_history_db": str(fleet["db"]),
+                                "gpunode_bandwidth_regression_pct": 10,
+                                # One earlier run is enough history here (3 by default).
+                                "gpunode_bandwidth_baseline_min_points": 1}), env=fleet["env"], check=False)
+
+
+def discovery(host):
+    out = subprocess.run(["podman", "exec", f"gpunode-sim-{host}", "cat", "/var/lib/gpunode/discovery.json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def recap(stdout):
+    return {line.split()[0]: line for line in stdout.splitlines() if " : ok=" in line}
+
+
+def test_revalidation_finds_the_drift_and_the_regression_against_the_rails_own_history(fleet):
+    first = revalidate(fleet)
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert "rv-dgx revalidated: healthy, every rail at its baseline and line rate" in first.stdout
+    with sqlite3.connect(fleet["db"]) as conn:
+        rows = conn.execute("SELECT host, rail, gbps, run FROM bandwidth").fetchall()
+    rails = {h: len(discovery(h)["rails"]) for h in HOSTS}
+    # Every rail of both hosts, measured as client and as server against the other host.
+    assert len(rows) == 2 * sum(rails.values())
+    assert all(g and g > 360 for _h, _r, g, _run in rows)
+    assert oct(fleet["db"].stat().st_mode & 0o777) == "0o600"
+
+    hgx_rail = discovery("rv-hgx")["rails"][2]
+    dgx_rail = discovery("rv-dgx")["rails"][5]
+    env = fleet["env"]
+    sh("gpunode", "sim", "fault", "rv-hgx", "adaptive_routing", hgx_rail["pci_address"], env=env)
+    sh("gpunode", "sim", "fault", "rv-dgx", "rail_rate", dgx_rail["pci_address"], "200", env=env)
+    try:
+        second = revalidate(fleet)
+    finally:
+        sh("gpunode", "sim", "fault", "rv-dgx", "rail_rate", dgx_rail["pci_address"], "--clear", env=env, check=False)
+    out = second.stdout
+    assert second.returncode != 0
+    hosts = recap(out)
+    assert "failed=1" in hosts["rv-hgx"] and "failed=1" in hosts["rv-dgx"], out[-3000:]
+    hgx_msg = next(line for line in out.splitlines() if "rv-hgx did not revalidate" in line)
+    dgx_msg = next(line for line in out.splitlines() if "rv-dgx did not revalidate" in line)
+    # The HGX: ROCE_ACCL drift on the flipped NIC, named.
+    assert "RailRoceAcclDrift" in hgx_msg and hgx_rail["pci_address"] in hgx_msg, hgx_msg
+    # The DGX: the rail at 200 Gb/s, and the rail's bandwidth against its own baseline (not line rate alone).
+    assert "RailSpeedDegraded" in dgx_msg and dgx_rail["pci_address"] in dgx_msg, dgx_msg
+    # The first run measured the rail twice (as client and as server): its baseline is their median.
+    assert (f"rv-dgx rail {dgx_rail['rail']} (as client, peer rv-hgx rail {dgx_rail['rail']}): 192 Gb/s is 50% below "
+            "its own baseline 384 Gb/s (median of its last 2 results)") in dgx_msg, dgx_msg
+    with sqlite3.connect(fleet["db"]) as conn:
+        runs = conn.execute("SELECT COUNT(DISTINCT run), COUNT(*) FROM bandwidth").fetchone()
+        low = conn.execute("SELECT gbps FROM bandwidth WHERE host = 'rv-dgx' AND rail = ? ORDER BY id DESC LIMIT 1",
+                           (dgx_rail["rail"],)).fetchone()
+    assert runs == (2, 4 * sum(rails.values()))
+    assert low[0] < 200
+    # Read-only: the flipped adaptive routing is still flipped (site.yml, not revalidate.yml, puts it back).
+    audit = sh("podman", "exec", "gpunode-sim-rv-hgx", "mlxreg", "-d", hgx_rail["pci_address"], "--reg_name",
+               "ROCE_ACCL", "--get", env=env).stdout
+    forced = [line.split("|")[1].strip() for line in audit.splitlines()
+              if line.strip().startswith("adaptive_routing_forced_en")]
+    assert forced == ["0x00000000"], audit
