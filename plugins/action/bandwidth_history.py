@@ -116,11 +116,12 @@ class ActionModule(ActionBase):
                                     "(run the validation role on them first)")
         keys = sorted({(r["host"], r["rail"]) for r in rows})
         try:
-            with closing(open_db(db)) as conn, conn:
-                earlier = earlier_results(conn, keys, numbers["window"], run)
-                if not self._task.check_mode:
-                    conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
-                trends = trend(conn, keys, numbers["trend_points"])
+            with closing(open_db(db)) as conn:
+                with conn:  # one transaction: this run's rows are all written, or none
+                    earlier = earlier_results(conn, keys, numbers["window"], run)
+                    if not self._task.check_mode:
+                        conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
+                    trends = trend(conn, keys, numbers["trend_points"])
         except (OSError, sqlite3.Error) as exc:
             raise AnsibleActionFail(f"bandwidth_history: the history database {db} cannot be used: {exc}") from None
         findings = bh.judge(rows, earlier, window=numbers["window"], min_points=numbers["min_points"],
