@@ -67,6 +67,16 @@ def trend(conn, keys, points):
     return out
 
 
+def record(conn, rows, keys, run, window, points, write):
+    """In one transaction (this run's rows are all written, or none): read each rail's earlier results, write
+    ``rows`` when ``write``, read the trends -> ``(earlier, trends)``."""
+    with conn:
+        earlier = earlier_results(conn, keys, window, run)
+        if write:
+            conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
+        return earlier, trend(conn, keys, points)
+
+
 class ActionModule(ActionBase):
     """Record every host's bandwidth results in the SQLite history on the controller and judge each rail against
     its own baseline."""
@@ -117,11 +127,8 @@ class ActionModule(ActionBase):
         keys = sorted({(r["host"], r["rail"]) for r in rows})
         try:
             with closing(open_db(db)) as conn:
-                with conn:  # one transaction: this run's rows are all written, or none
-                    earlier = earlier_results(conn, keys, numbers["window"], run)
-                    if not self._task.check_mode:
-                        conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
-                    trends = trend(conn, keys, numbers["trend_points"])
+                earlier, trends = record(conn, rows, keys, run, numbers["window"], numbers["trend_points"],
+                                         write=not self._task.check_mode)
         except (OSError, sqlite3.Error) as exc:
             raise AnsibleActionFail(f"bandwidth_history: the history database {db} cannot be used: {exc}") from None
         findings = bh.judge(rows, earlier, window=numbers["window"], min_points=numbers["min_points"],
