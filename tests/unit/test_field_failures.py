@@ -658,7 +658,7 @@ def test_4_restart_after_an_upgrade_fails_while_peermem_holds_the_old_ib_core(si
 def test_4_ofed_role_unloads_peermem_around_the_restart_only():
     from ansible.parsing.dataloader import DataLoader
 
-    tasks = DataLoader().load_from_file(str(REPO / "roles" / "ofed" / "tasks" / "service.yml"))
+    tasks = DataLoader().load_from_file(str(REPO / "roles" / "ofed" / "tasks" / "service_apply.yml"))
     block = next(t for t in tasks if t.get("name") == "Service | Restart openibd with nvidia_peermem out of the way")
     assert block["when"] == "__ofed_needs_reload and ofed_allow_restart | bool"  # only a consented restart
     steps = [(t["name"], t.get("ansible.builtin.command", {}).get("argv"),
