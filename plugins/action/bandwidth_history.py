@@ -15,6 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.validation import check_type_float, check_type_int
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import collection_info
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
@@ -88,22 +89,11 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
         args = self._task.args
-        numbers = {}
-        for name, (check, default, low, high) in NUMBERS.items():
-            value = args.get(name, default)
-            try:
-                value = check(value)
-            except TypeError:
-                raise AnsibleActionFail(f"bandwidth_history: {name} must be a number, got {value!r}") from None
-            if not low <= value <= high:
-                raise AnsibleActionFail(f"bandwidth_history: {name} {value} is out of range {low}-{high}")
-            numbers[name] = value
+        numbers = action_args.numbers("bandwidth_history", args, NUMBERS, must_be="a number")
         db = args.get("db")
         if not isinstance(db, str) or not db:
             raise AnsibleActionFail("bandwidth_history: db must be the path of the history database on the controller")
-        hosts = args.get("hosts") or task_vars.get("ansible_play_hosts")
-        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-            raise AnsibleActionFail("bandwidth_history: hosts must be a non-empty list of inventory host names")
+        hosts = action_args.play_hosts("bandwidth_history", args, task_vars)
         result_var = str(args.get("result_var") or "validation_result")
         now = time.time()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))

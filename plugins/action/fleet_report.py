@@ -10,6 +10,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import DEFAULT_SOURCES
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (
     RESULT_FACTS,
     ReportInputError,
@@ -167,9 +168,8 @@ class ActionModule(ActionBase):
         return result
 
     def _gather(self, args, task_vars):
-        hosts = args.get("hosts") or task_vars.get("ansible_play_hosts_all") or task_vars.get("ansible_play_hosts")
-        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-            raise AnsibleActionFail("fleet_report: hosts must be a non-empty list of inventory host names")
+        hosts = action_args.play_hosts("fleet_report", args, task_vars,
+                                       ("ansible_play_hosts_all", "ansible_play_hosts"))
         sources = args.get("sources") or list(DEFAULT_SOURCES)
         if not isinstance(sources, list) or not all(isinstance(n, str) and n for n in sources):
             raise AnsibleActionFail("fleet_report: sources must be a list of variable names")

@@ -10,10 +10,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.validation import check_type_int
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
-INTEGERS = {"forks": (5, 1, 10000), "base_port": (18515, 1, validation.MAX_PORT), "test_timeout": (60, 1, 86400),
-            "server_start_s": (30, 0, 86400)}
+INTEGERS = {"forks": (check_type_int, 5, 1, 10000), "base_port": (check_type_int, 18515, 1, validation.MAX_PORT),
+            "test_timeout": (check_type_int, 60, 1, 86400), "server_start_s": (check_type_int, 30, 0, 86400)}
 
 
 def gather(hostvars, hosts, hw_var="gpunode_hw", fabric_var="gpunode_fabric", default_fabric="default",
@@ -44,19 +45,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)  # refuses an option outside _VALID_ARGS, naming it
         args = self._task.args
-        numbers = {}
-        for name, (default, low, high) in INTEGERS.items():
-            value = args.get(name, default)
-            try:
-                value = check_type_int(value)
-            except TypeError:
-                raise AnsibleActionFail(f"validation_schedule: {name} must be an integer, got {value!r}") from None
-            if not low <= value <= high:
-                raise AnsibleActionFail(f"validation_schedule: {name} {value} is out of range {low}-{high}")
-            numbers[name] = value
-        hosts = args.get("hosts") or task_vars.get("ansible_play_hosts")
-        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
-            raise AnsibleActionFail("validation_schedule: hosts must be a non-empty list of inventory host names")
+        numbers = action_args.numbers("validation_schedule", args, INTEGERS)
+        hosts = action_args.play_hosts("validation_schedule", args, task_vars)
         given = (("hw_var", "gpunode_hw"), ("fabric_var", "gpunode_fabric"), ("default_fabric", "default"),
                  ("address_var", "__validation_address"))
         names = {k: str(args.get(k) or d) for k, d in given}
