@@ -47,6 +47,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from e2e_shell import sh  # noqa: E402 - tests/e2e is on sys.path (pytest's prepend import mode)
 from testca import make_ca  # noqa: E402 - the unit tests' helper, from tests/unit
 
 pytestmark = pytest.mark.e2e
@@ -73,16 +74,6 @@ apt-get install -y -qq --no-install-recommends cloud-init ca-certificates >/tmp/
   || { tail -n 30 /tmp/hook-e2e-apt.log; exit 1; }
 rm -f /usr/sbin/policy-rc.d
 """
-
-
-def sh(*argv: str, check: bool = True, timeout: float = 600, cwd: Path | None = None,
-       env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
-                          env=env)
-    if check and proc.returncode != 0:
-        tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
-    return proc
 
 
 def in_host(script: str, **kw) -> subprocess.CompletedProcess:

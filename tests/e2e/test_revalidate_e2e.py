@@ -19,6 +19,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import e2e_shell  # tests/e2e is on sys.path (pytest's prepend import mode)
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -28,13 +29,9 @@ HOSTS = {"rv-dgx": "dgx-h100", "rv-hgx": "hgx-h100"}
 KAPI_PORT = 18646
 
 
-def sh(*argv, env, check=True, timeout=1800):
-    proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout,
-                          check=False)
-    if check and proc.returncode != 0:
-        tail = f"{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
-        raise AssertionError(f"{' '.join(argv[:4])}… rc={proc.returncode}\n{tail}")
-    return proc
+def sh(*argv, env, check=True):
+    """e2e_shell.sh from the repository root, with time for a fresh site.yml."""
+    return e2e_shell.sh(*argv, env=env, check=check, cwd=REPO, timeout=1800)
 
 
 @pytest.fixture(scope="module")
