@@ -12,16 +12,29 @@ from pathlib import Path
 from ansible_collections.mlplatform.gpunode.plugins.modules import ib_write_bw
 from module_harness import patch_exits, run_module
 
+# Fake ib_write_bw programs (python bodies); timeout(1) stays the real one.
+SERVES_60S = ("import os, sys, time\n"
+              "print('argv', *sys.argv[1:], flush=True)\n"
+              "print('LC_ALL', os.environ.get('LC_ALL'), file=sys.stderr, flush=True)\n"
+              "time.sleep(60)\n")
+LISTENS = ("import socket, sys, time\n"  # on its -p port, as perftest does for the connection data
+           "port = int(sys.argv[sys.argv.index('-p') + 1])\n"
+           "sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "sock.bind(('127.0.0.1', port)); sock.listen(1)\n"
+           "time.sleep(60)\n")
+PORT_TAKEN = "import sys\nprint(' Couldn\\'t listen to port 18515: Address already in use', flush=True)\nsys.exit(1)\n"
 
-def _fake_tools(bindir: Path) -> None:
-    """An ib_write_bw that prints its argv and locale, then serves for 60 s; timeout(1) stays the real one."""
+
+def _install(tmp_path: Path, monkeypatch, body: str) -> None:
+    """Put an ib_write_bw running ``body`` first on PATH, server logs in ``tmp_path``, the module's exits patched."""
+    bindir = tmp_path / "bin"
     bindir.mkdir()
     tool = bindir / "ib_write_bw"
-    tool.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
-                    "print('argv', *sys.argv[1:], flush=True)\n"
-                    "print('LC_ALL', os.environ.get('LC_ALL'), file=sys.stderr, flush=True)\n"
-                    "time.sleep(60)\n")
+    tool.write_text(f"#!{sys.executable}\n{body}")
     tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    patch_exits(monkeypatch)
 
 
 def _wait_for(path: Path, text: str) -> str:
@@ -34,10 +47,7 @@ def _wait_for(path: Path, text: str) -> str:
 
 
 def test_servers_start_detached_and_the_module_returns_at_once(tmp_path, monkeypatch):
-    _fake_tools(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
-    patch_exits(monkeypatch)
+    _install(tmp_path, monkeypatch, SERVES_60S)
     began = time.monotonic()
     result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": 18517}],
                                            "timeout": 30})
@@ -55,18 +65,6 @@ def test_servers_start_detached_and_the_module_returns_at_once(tmp_path, monkeyp
         os.waitpid(pid, 0)
 
 
-def _listening_tool(bindir: Path) -> None:
-    """An ib_write_bw server that listens on its -p port, as perftest does for the connection data, then serves."""
-    bindir.mkdir()
-    tool = bindir / "ib_write_bw"
-    tool.write_text(f"#!{sys.executable}\nimport socket, sys, time\n"
-                    "port = int(sys.argv[sys.argv.index('-p') + 1])\n"
-                    "sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                    "sock.bind(('127.0.0.1', port)); sock.listen(1)\n"
-                    "time.sleep(60)\n")
-    tool.chmod(0o755)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -74,10 +72,7 @@ def _free_port() -> int:
 
 
 def test_servers_are_up_once_they_listen_not_after_a_fixed_wait(tmp_path, monkeypatch):
-    _listening_tool(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
-    patch_exits(monkeypatch)
+    _install(tmp_path, monkeypatch, LISTENS)
     port = _free_port()
     began = time.monotonic()
     result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": port}],
@@ -95,10 +90,7 @@ def test_servers_are_up_once_they_listen_not_after_a_fixed_wait(tmp_path, monkey
 
 
 def test_a_port_something_else_listens_on_is_refused_before_any_server_starts(tmp_path, monkeypatch):
-    _listening_tool(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
-    patch_exits(monkeypatch)
+    _install(tmp_path, monkeypatch, LISTENS)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen(1)
@@ -112,15 +104,7 @@ def test_a_port_something_else_listens_on_is_refused_before_any_server_starts(tm
 
 
 def test_a_server_that_exits_is_a_server_error_with_its_reason(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    tool = bindir / "ib_write_bw"
-    tool.write_text(f"#!{sys.executable}\nimport sys\n"
-                    "print(' Couldn\\'t listen to port 18515: Address already in use', flush=True)\nsys.exit(1)\n")
-    tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.setattr(ib_write_bw.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
-    patch_exits(monkeypatch)
+    _install(tmp_path, monkeypatch, PORT_TAKEN)
     result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": _free_port()}],
                                            "timeout": 30, "server_check_s": 10})
     assert list(result["started"]) == ["a:0-b:0"]
