@@ -229,3 +229,27 @@ def test_bad_label_is_rejected_like_the_api_server(tmp_path):
     with pytest.raises(ApiError) as err:
         store.create(res, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"a": "b c"}}})
     assert err.value.code == 422
+
+
+def test_pods_by_node_and_eviction_as_a_drain_uses_them(kapi):
+    """What kubernetes.core.k8s_drain calls: cordon (patch spec.unschedulable), the node's pods by
+    ``spec.nodeName`` across namespaces, a policy/v1 Eviction per pod (the pod is gone), the read that waits."""
+    api_client = kubernetes.config.new_client_from_config(kapi.kubeconfig)
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    core.patch_node("n1", {"spec": {"unschedulable": True}})
+    assert core.read_node("n1").spec.unschedulable is True
+    for name, node in (("train-0", "n1"), ("train-1", "n2")):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                               "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})
+    on_n1 = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=n1")
+    assert [p.metadata.name for p in on_n1.items] == ["train-0"]
+    core.create_namespaced_pod_eviction("train-0", "default", kubernetes.client.V1Eviction(
+        metadata=kubernetes.client.V1ObjectMeta(name="train-0", namespace="default")))
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as gone:
+        core.read_namespaced_pod("train-0", "default")
+    assert gone.value.status == 404
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["train-1"]
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as bad:
+        core.list_node(field_selector="spec.nodeName=n1")
+    assert bad.value.status == 400

@@ -227,6 +227,9 @@ class Api:
         res = self.store.resource(group, version, rest[0])
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        if sub == "eviction" and res.plural == "pods" and method == "POST":
+            self._authorize(who, node, method, res, namespace, name, body)
+            return self.store.evict(res, namespace, name, body, dry_run="All" in request.query.getall("dryRun", []))
         if sub not in (None, "status") or (sub == "status" and not res.status_subresource):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.path})")
         if res.namespaced and name is None and namespace is None and method == "POST":

@@ -14,7 +14,9 @@ addresses — merge by that key) on built-in kinds, and ``415 UnsupportedMediaTy
 merge on custom resources, as the real server answers; CRDs make their group/versions
 discoverable and their objects are validated against the version's ``openAPIV3Schema``;
 ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``) and
-``fieldSelector`` on ``metadata.name``/``metadata.namespace``; ``dryRun=All``.
+``fieldSelector`` on ``metadata.name``/``metadata.namespace`` (and ``spec.nodeName`` for Pods, as
+``kubectl drain`` and ``kubernetes.core.k8s_drain`` list a node's pods); ``dryRun=All``; Pods with the
+``eviction`` subresource (the pod is deleted at once: no PodDisruptionBudget, no kubelet).
 
 Not emulated: watches, server-side apply, JSON patch, admission webhooks, pruning of unknown
 fields, CEL validation rules, garbage collection by owner references.
@@ -90,6 +92,7 @@ class Resource:
 BUILTIN_RESOURCES = (
     Resource("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), status_subresource=True),
     Resource("", "v1", "nodes", "Node", False, "node", ("no",), status_subresource=True),
+    Resource("", "v1", "pods", "Pod", True, "pod", ("po",), status_subresource=True),
     Resource("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     Resource("", "v1", "secrets", "Secret", True, "secret"),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
@@ -339,10 +342,11 @@ class Store:
              field_selector: str = "") -> dict[str, Any]:
         reqs = parse_label_selector(label_selector)
         fields = {}
+        supported = ("metadata.name", "metadata.namespace") + (("spec.nodeName",) if res.plural == "pods" else ())
         for part in filter(None, (field_selector or "").split(",")):
             key, _, value = part.partition("=")
             key = key.rstrip("=")
-            if key not in ("metadata.name", "metadata.namespace"):
+            if key not in supported:
                 raise ApiError(400, "BadRequest", f'field label not supported: {key}')
             fields[key] = value.lstrip("=")
         with self._lock:
@@ -351,6 +355,8 @@ class Store:
                 if (group, plural) != (res.group, res.plural) or (namespace and ns != namespace):
                     continue
                 if fields.get("metadata.name", name) != name or fields.get("metadata.namespace", ns) != ns:
+                    continue
+                if "spec.nodeName" in fields and (obj.get("spec") or {}).get("nodeName", "") != fields["spec.nodeName"]:
                     continue
                 if selector_matches(reqs, (obj.get("metadata") or {}).get("labels") or {}):
                     items.append(copy.deepcopy(obj))
@@ -493,6 +499,21 @@ class Store:
                     del self._objects[key]
             self._save()
             return obj
+
+    def evict(self, res: Resource, namespace: str | None, name: str, eviction: Any, dry_run: bool = False
+              ) -> dict[str, Any]:
+        """``POST pods/<name>/eviction`` (policy/v1 Eviction): the pod is deleted at once. No PodDisruptionBudget
+        is emulated, and no kubelet: the pod does not linger in Terminating."""
+        if res.plural != "pods":
+            raise ApiError(404, "NotFound", f"{res.plural} have no eviction subresource")
+        # The Python client sends an Eviction without apiVersion/kind, which the real server defaults.
+        if not isinstance(eviction, dict) or eviction.get("kind", "Eviction") != "Eviction":
+            raise ApiError(400, "BadRequest", "the body must be a policy/v1 Eviction")
+        meta = eviction.get("metadata") or {}
+        if meta.get("name", name) != name or meta.get("namespace", namespace) != namespace:
+            raise ApiError(400, "BadRequest", "the name or namespace of the Eviction does not match the pod")
+        self.delete(res, namespace, name, dry_run=dry_run)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
 
     # --- the TLS-bootstrap stand-in ----------------------------------------------------------------
     def _on_csr(self, csr: dict[str, Any]) -> None:
