@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.validation import check_type_float, check_type_int
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args, history_db
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import collection_info
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
@@ -36,15 +36,8 @@ INSERT = ("INSERT INTO bandwidth (host, rail, peer, peer_rail, side, gbps, line_
 
 
 def open_db(path):
-    """The history database at ``path``, created 0600 (and its directory 0700) when missing."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    if not os.path.exists(path):
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    os.chmod(path, 0o600)
-    conn = sqlite3.connect(path, timeout=30)
-    conn.executescript(SCHEMA)
-    return conn
+    """The history database at ``path`` (0600, its directory 0700) with the bandwidth table."""
+    return history_db.open_db(path, SCHEMA)
 
 
 def earlier_results(conn, keys, window, before_run):

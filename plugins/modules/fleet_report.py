@@ -108,6 +108,14 @@ options:
   run:
     description: With O(from_facts), the run the results are from, C({id, time}), shown at the top.
     type: dict
+  history:
+    description:
+      - The day-two database on the controller (SQLite, as M(mlplatform.gpunode.bandwidth_history) and
+        M(mlplatform.gpunode.remediation) write it). When given and present, the report gets a day-two section (each
+        rail whose latest result regressed against its own history or fell below line rate, with an inline SVG trend
+        of its last runs and its baseline; the hosts out of service with their state, attempts and reason; the
+        latest remediation events). Read only.
+    type: path
 seealso:
   - module: mlplatform.gpunode.fleet_contract
   - module: mlplatform.gpunode.result_files

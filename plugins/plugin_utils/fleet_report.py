@@ -802,6 +802,14 @@ def md_rail_maps(hosts: list[dict]) -> str:
     return "".join(out)
 
 
+def _day_two():
+    """The day-two section's code (plugin_utils/day_two_report.py), imported only for a report with a day-two
+    database: it needs the collection importable (``gpunode report`` loads this file on its own)."""
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import day_two_report  # noqa: PLC0415 - optional
+
+    return day_two_report
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -823,6 +831,9 @@ def _environment() -> jinja2.Environment:
     # the fleet-sized parts, escaped where they are written (html.escape)
     env.globals["setting_rows"] = lambda *a: markupsafe.Markup(html_setting_rows(*a))  # noqa: S704 - escaped above
     env.globals["host_details"] = lambda hosts: markupsafe.Markup(html_host_details(hosts))  # noqa: S704 - escaped
+    # the day-two section, escaped where it is written (html.escape); none without a day-two database
+    env.globals["day_two_html"] = lambda d: markupsafe.Markup(_day_two().html_section(d)) if d else ""  # noqa: S704 - escaped
+    env.globals["day_two_md"] = lambda d: _day_two().md_section(d) if d else ""
     env.globals["md_host_rows"] = md_host_rows
     env.globals["md_bandwidth_rows"] = md_bandwidth_rows
     env.globals["md_rail_maps"] = md_rail_maps
@@ -832,6 +843,7 @@ def _environment() -> jinja2.Environment:
 def render(report: dict) -> dict[str, str]:
     """``{"report.html": text, "report.md": text}`` for a built report."""
     env = _environment()
+    report = {"day_two": None, **report}
     return {name: env.get_template(f"{name}.j2").render(**report) for name in ("report.html", "report.md")}
 
 
@@ -893,15 +905,18 @@ def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
     return path, _write_if_changed(path, json.dumps(fleet, default=str) + "\n")
 
 
-def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None) -> dict[str, tuple[Path, bool]]:
+def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
+                 history: Path | None = None) -> dict[str, tuple[Path, bool]]:
     """Load ``input_dir`` (or take ``inputs``, as ``inputs_from_facts`` gives them), render, write ``report.html``,
     ``report.md`` and ``report.json`` (the built model; each host's cells only where they drift) into
     ``output_dir``, headed by the collection version and
-    commit and the id and time of the run that wrote the results (fleet.json ``run``). A file whose content is
-    unchanged is not rewritten. Returns ``{name: (path, written)}``."""
+    commit and the id and time of the run that wrote the results (fleet.json ``run``). With ``history`` (the
+    day-two database), a day-two section: rails below their own history with a trend plot, hosts out of service,
+    remediation events. A file whose content is unchanged is not rewritten. Returns ``{name: (path, written)}``."""
     if inputs is None:
         inputs = load_inputs(Path(input_dir))
     report = build(inputs)
+    report["day_two"] = _day_two().load(history) if history else None
     run = inputs.get("run") or {}
     report["meta"] = {**collection_info(), "run_id": run.get("id") or "unknown",
                       "generated": run.get("time") or "unknown"}

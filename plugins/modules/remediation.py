@@ -1,0 +1,143 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: remediation
+short_description: Decide and record what happens to each revalidated GPU node (remediate, hardware service, return)
+version_added: 0.3.0
+description:
+  - Runs on the controller (action plugin), on the day-two database O(db) (SQLite, the same file as
+    M(mlplatform.gpunode.bandwidth_history)'s), which keeps each host's remediation state and every step as an
+    event, so attempts survive restarts.
+  - With O(step=plan), reads each host's finding O(finding_var) (C({conditions, regressions, failures}) as
+    C(playbooks/revalidate.yml) publishes it, with the M(mlplatform.gpunode.node_health) conditions, the bandwidth
+    history's lines and the validation failures) and its fabric O(fabric_var), and gives every host one action.
+    C(none) is healthy. C(return) is healthy again after being out of service. C(hardware_service) has a condition
+    with C(remedy=hardware) (Xid 79, a GPU missing, a PCIe link below its width), which a re-run cannot fix; the devices
+    are named. C(exhausted) means O(max_attempts) re-runs did not fix it. C(remediate) takes it out of service
+    and re-runs the pipeline for it, when fewer than O(max_unavailable) hosts of its fabric are out (a host already
+    out does not count twice). C(deferred) waits for the next run because its fabric's budget is used up.
+  - Hosts in C(hardware_service) or C(exhausted) are out whatever the budget, and count against it.
+  - With O(step=record), records the event O(event) for O(hosts) (for example C(drained), C(returned)) and, with
+    O(state), sets their state (C(in_service) resets the attempts).
+author:
+  - mlplatform.gpunode developers (@mlplatform)
+attributes:
+  check_mode:
+    details: Plans and returns the plan; writes nothing (RV(events) is empty).
+  platform:
+    details: Runs on the controller; it reads the facts the hosts published and writes the database there.
+  run_once:
+    details: Meant to run once per play over every host of O(hosts).
+extends_documentation_fragment:
+  - mlplatform.gpunode.controller_action
+  - mlplatform.gpunode.controller_action.run_once
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+options:
+  step:
+    description: C(plan) the hosts' actions, or C(record) a step for O(hosts).
+    type: str
+    choices: [plan, record]
+    default: plan
+  db:
+    description: Path of the SQLite database on the controller, created C(0600) (its directory C(0700)) when missing.
+    type: path
+    required: true
+  hosts:
+    description: The hosts (default C(ansible_play_hosts)).
+    type: list
+    elements: str
+  finding_var:
+    description: With O(step=plan), the host variable holding the host's finding.
+    type: str
+    default: revalidate_finding
+  fabric_var:
+    description: With O(step=plan), the host variable naming the host's fabric (none is C(default)).
+    type: str
+    default: gpunode_fabric
+  max_unavailable:
+    description: With O(step=plan), hosts of one fabric out of service at once, a count or C(N%) of the fabric's
+      known hosts (at least 1).
+    type: raw
+    default: 1
+  max_attempts:
+    description: With O(step=plan), pipeline re-runs for a host before it is left out of service (C(exhausted)).
+    type: int
+    default: 3
+  event:
+    description: With O(step=record), the step to record for each host (a word such as C(drained)).
+    type: str
+  state:
+    description: With O(step=record), the state the hosts are in now.
+    type: str
+    choices: [in_service, remediating, hardware_service, exhausted]
+  details:
+    description: With O(step=record), the event's detail, one string for all hosts or host to string.
+    type: raw
+  run:
+    description: The run's id (default C($GPUNODE_RUN_ID), else C(run-<UTC time>)).
+    type: str
+notes:
+  - Fails naming the host when a host has no O(finding_var), or a finding is not C({conditions, regressions,
+    failures}) lists; naming the option for a bad O(max_unavailable), O(max_attempts), O(state) or O(step); naming
+    the database when it cannot be opened. Nothing is written then.
+  - "Node conditions and the drain: Kubernetes, Safely Drain a Node,
+    U(https://kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/)."
+seealso:
+  - module: mlplatform.gpunode.bandwidth_history
+  - module: mlplatform.gpunode.node_conditions
+  - module: mlplatform.gpunode.node_health
+  - module: kubernetes.core.k8s_drain
+"""
+
+EXAMPLES = r"""
+- name: Plan what happens to each revalidated host
+  mlplatform.gpunode.remediation:
+    db: /var/lib/gpunode-hook/history.sqlite
+    max_unavailable: 1
+    max_attempts: 3
+  register: remediation
+  run_once: true
+
+- name: Record that the hosts were drained
+  mlplatform.gpunode.remediation:
+    step: record
+    db: /var/lib/gpunode-hook/history.sqlite
+    hosts: "{{ remediation.by_action.remediate }}"
+    event: drained
+  run_once: true
+"""
+
+RETURN = r"""
+plan:
+  description:
+    - With O(step=plan), host to C({action, state, attempts, fabric, reasons, hardware, message}). C(state) is the
+      state after the action; C(attempts) counts this run's re-run for C(remediate); C(reasons) are the finding's
+      lines; C(hardware) lists C({type, device, message}) of the conditions only hardware service fixes.
+  returned: when step is plan
+  type: dict
+  sample: {hgx1: {action: remediate, state: remediating, attempts: 1, fabric: east, hardware: [],
+                  reasons: ["RailRoceAcclDrift: rail 2 NIC 0000:3b:00.0 ..."],
+                  message: "remediation attempt 1 of 3: the pipeline re-runs for it"}}
+by_action:
+  description: With O(step=plan), each action (none, return, remediate, hardware_service, exhausted, deferred) to
+    its hosts, sorted.
+  returned: when step is plan
+  type: dict
+  sample: {none: [dgx1], return: [], remediate: [hgx1], hardware_service: [], exhausted: [], deferred: []}
+events:
+  description: The events written, each C({time, run, host, step, detail}) (C(time) in seconds since the epoch).
+  returned: always
+  type: list
+  elements: dict
+run:
+  description: The run id the events carry.
+  returned: always
+  type: str
+"""
