@@ -13,8 +13,9 @@ The plan gives every host of the run one action:
 - ``hardware_service``: a condition a re-run cannot fix (``remedy: hardware``: Xid 79, a PCIe link below its
   width, a missing GPU ...): out of service, no re-run, the devices named;
 - ``exhausted``: ``max_attempts`` re-runs did not fix it: left out of service with the reason;
-- ``deferred``: it needs remediation but ``max_unavailable`` hosts of its fabric are already out; the next run
-  takes it.
+- ``deferred``: it needs remediation but ``max_unavailable`` hosts of its fabric are already out, or its only
+  findings are bandwidth results against a peer that has findings of its own (a drifted peer fails the test on
+  both ends: the peer is fixed first, and this host is judged again in the next run).
 
 States recorded per host: ``in_service``, ``remediating``, ``hardware_service``, ``exhausted``. A host out of
 service counts against its fabric's ``max_unavailable`` until it returns; ``hardware_service`` and
@@ -64,6 +65,12 @@ def reasons_of(finding):
     return list(dict.fromkeys(lines))
 
 
+def own_findings(finding):
+    """Whether a finding is the host's own (node_health conditions or failed node checks), not only bandwidth
+    results that a peer may explain."""
+    return bool(finding.get("conditions") or finding.get("checks"))
+
+
 def hardware_conditions(finding):
     """The conditions of a finding only hardware service can fix (``remedy: hardware``)."""
     return [c for c in finding.get("conditions") or [] if c.get("remedy") == "hardware"]
@@ -75,7 +82,7 @@ def _check(findings, fabrics, records):
     for host, finding in findings.items():
         if not isinstance(finding, dict):
             raise RemediationError(f"{host}: findings: expected a mapping (conditions, regressions, failures)")
-        for key in ("conditions", "regressions", "failures"):
+        for key in ("conditions", "regressions", "failures", "checks", "peers"):
             if not isinstance(finding.get(key) or [], list):
                 raise RemediationError(f"{host}: findings.{key}: expected a list")
         if host not in fabrics:
@@ -89,8 +96,10 @@ def _check(findings, fabrics, records):
 def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
     """The action for every host of this run.
 
-    ``findings``: host -> ``{conditions: [node_health condition], regressions: [line], failures: [line]}`` for every
-    host revalidated in this run (all empty: healthy). ``fabrics``: host -> fabric name, for the hosts of this run.
+    ``findings``: host -> ``{conditions: [node_health condition], regressions: [line], failures: [line], checks:
+    [failed node check], peers: [host]}`` for every host revalidated in this run (all empty: healthy); ``peers`` are
+    the hosts its failed or regressed rails were measured against, ``checks`` its own failed read-back checks.
+    ``fabrics``: host -> fabric name, for the hosts of this run.
     ``records``: host -> ``{state, attempts, fabric}`` from earlier runs (any host, also hosts not in this run).
     Returns host -> ``{action, state, attempts, fabric, reasons, hardware, message}``: ``attempts`` counts this run's
     re-run when the action is ``remediate``; ``hardware`` lists ``{type, device, message}`` of hardware conditions.
@@ -123,13 +132,20 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
             "exhausted": f"left out of service: {attempts} remediation attempts did not fix it",
             "deferred": f"waits: {budget(max_unavailable, sizes[str(fabrics[host])])} host(s) of fabric "
                         f"{fabrics[host]} are out already (max_unavailable)",
+            "peer": "waits: only its bandwidth results failed, against " + ", ".join(blamed_peers.get(host, []))
+                    + ", which have findings of their own; judged again once they pass",
         }[action]
+        if action == "peer":
+            action = "deferred"
         result[host] = {"action": action, "state": STATE_AFTER[action] if action != "deferred"
                         else record.get("state", "in_service"),
                         "attempts": attempts, "fabric": str(fabrics[host]), "reasons": reasons,
                         "hardware": [{"type": c.get("type"), "device": c.get("device"), "message": c.get("message")}
                                      for c in hardware], "message": message}
 
+    owners = {h for h, f in findings.items() if own_findings(f)}
+    blamed_peers = {h: sorted(set(f.get("peers") or []) & owners) for h, f in findings.items()
+                    if not own_findings(f) and set(f.get("peers") or []) & owners}
     failing = []
     for host in sorted(findings):
         finding = findings[host]
@@ -149,13 +165,15 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
             decide(host, "exhausted", reasons, attempts)
         else:
             failing.append(host)
-    # Hosts already out first (they take no new budget), then the others by name.
-    failing.sort(key=lambda h: (h not in out.get(str(fabrics[h]), set()), h))
+    # Hosts already out first (they take no new budget), then hosts with findings of their own, then by name.
+    failing.sort(key=lambda h: (h not in out.get(str(fabrics[h]), set()), h not in owners, h))
     for host in failing:
         fabric = str(fabrics[host])
         members = out.setdefault(fabric, set())
         attempts = int(records.get(host, {}).get("attempts") or 0)
-        if host in members or len(members) < budget(max_unavailable, sizes[fabric]):
+        if host in blamed_peers and host not in members:
+            decide(host, "peer", reasons_of(findings[host]), attempts)
+        elif host in members or len(members) < budget(max_unavailable, sizes[fabric]):
             members.add(host)
             decide(host, "remediate", reasons_of(findings[host]), attempts + 1)
         else:

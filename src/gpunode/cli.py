@@ -1,7 +1,7 @@
 """The ``gpunode`` command line.
 
 ``gpunode sim …`` drives the simulated fleet (design.md §5); ``gpunode hook …`` is the
-post-provision hook (serve / run / status / sign); ``gpunode report`` writes the fleet report.
+post-provision hook (serve / run / revalidate / status / sign / forget); ``gpunode report`` writes the fleet report.
 Errors print one line naming what is wrong and exit 2; nothing prints a traceback. With ``--json``
 errors are a JSON object ``{"error": "..."}`` on standard output instead.
 
@@ -94,7 +94,8 @@ def _hook_parser(sub: argparse._SubParsersAction) -> None:
     run = cmds.add_parser("run", help="run the pipeline for hosts now, from this shell")
     run.add_argument("--host", dest="hosts", action="append", required=True, metavar="NAME",
                      help="inventory name of a host to run (repeat for several)")
-    st = cmds.add_parser("status", help="hosts and runs recorded by the hook")
+    cmds.add_parser("revalidate", help="one scheduled revalidation now, from this shell (the `revalidate:` settings)")
+    st = cmds.add_parser("status", help="hosts, runs and revalidations recorded by the hook")
     st.add_argument("--host", default=None, help="only this host")
     st.add_argument("--run", dest="run_id", type=int, default=None, help="one run by its id")
     st.add_argument("--json", action="store_true", help="machine-readable output; errors as {\"error\": ...}")
@@ -127,6 +128,8 @@ def _run_hook(args: argparse.Namespace) -> int:
         return service.run_hosts(config, args.hosts)
     if args.hook_cmd == "forget":
         return service.forget(config, args.hosts)
+    if args.hook_cmd == "revalidate":
+        return service.revalidate_now(config)
     print(phone_home_signature(config.secret(), args.instance_id, args.hostname))
     return 0
 

@@ -8,6 +8,14 @@ for its degraded rail and for a bandwidth regression against that rail's own his
 now 200 Gb/s, so the result still passes the line-rate threshold: only the history sees the drop). The history
 holds every result of both runs. Revalidation changes no setting: the adaptive routing stays flipped.
 
+Then the hook's revalidation schedule repairs the fleet (``revalidate:`` with ``remediate: true``, one scheduled run
+through ``gpunode hook revalidate``, which runs playbooks/remediate.yml with ansible-runner as the service's
+schedule does): the HGX, its adaptive routing still flipped, is tainted, cordoned and drained (its training pod
+evicted, its DaemonSet pod left), site.yml re-runs for it alone and puts adaptive routing back, and it is
+revalidated and returned to service; the DGX, whose only finding is the failed test against the HGX, waits for it.
+The hook's day-two database holds every bandwidth result and every step, the Node carries the day-two conditions,
+and the fleet report shows the events.
+
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
 
@@ -20,7 +28,9 @@ import subprocess
 from pathlib import Path
 
 import e2e_shell  # tests/e2e is on sys.path (pytest's prepend import mode)
+import kubernetes
 import pytest
+import yaml
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +59,8 @@ def fleet(tmp_path_factory):
            "-e", json.dumps({"gpunode_sim_kapi_port": KAPI_PORT, "gpunode_sim_kapi_dir": str(kapi)}), env=env)
         sh("ansible-playbook", "-i", str(inventory), "playbooks/site.yml", "-e", f"@{kapi / 'site-vars.yml'}",
            "-e", '{"gpunode_reboot_ok": true}', env=env)
-        yield {"env": env, "inventory": inventory, "db": state / "history.sqlite", "vars": kapi / "site-vars.yml"}
+        yield {"env": env, "inventory": inventory, "db": state / "history.sqlite", "vars": kapi / "site-vars.yml",
+               "state": state, "kubeconfig": kapi / "admin.conf"}
     finally:
         sh("gpunode", "sim", "down", "--missing-ok", *HOSTS, env=env, check=False)
         sh("gpunode", "kapi", "stop", "--state", str(kapi), env=env, check=False)
@@ -126,3 +137,69 @@ def test_revalidation_finds_the_drift_and_the_regression_against_the_rails_own_h
     assert low[0] < 200
     # Read-only: the flipped adaptive routing is still flipped (site.yml, not revalidate.yml, puts it back).
     assert adaptive_routing(hgx_rail["pci_address"]) == 1 - before
+
+
+def _pods(core, node):
+    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    return sorted(p.metadata.name for p in pods)
+
+
+def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
+    """After the test above: adaptive routing is still flipped on one HGX rail (the DGX rail is back at 400)."""
+    env, state = fleet["env"], fleet["state"]
+    hgx_rail = discovery("rv-hgx")["rails"][2]
+    flipped = adaptive_routing(hgx_rail["pci_address"])
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(fleet["kubeconfig"])))
+    for name, owner in (("train-7f9c-abcde", "ReplicaSet"), ("dcgm-exporter-x1", "DaemonSet")):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": name.rsplit("-", 1)[0],
+                                               "uid": f"uid-{name}"}]},
+            "spec": {"nodeName": "rv-hgx", "containers": [{"name": "c", "image": "x"}]},
+            "status": {"phase": "Running"}})
+    hook = state / "hook"
+    hook.mkdir()
+    (hook / "secret").write_text("e2e-revalidate-hook-secret-0b7d\n")
+    (hook / "hook.yml").write_text(yaml.safe_dump({
+        "state_dir": str(hook / "state"), "project_dir": str(REPO), "inventory": str(fleet["inventory"]),
+        "secret_file": str(hook / "secret"), "run_secrets_file": str(fleet["vars"]),
+        "run_env": {"GPUNODE_REPORT_DIR": str(state / "report")},
+        "revalidate": {"interval": 3600, "remediate": True, "hosts": "inventory", "max_unavailable": 1,
+                       "extra_vars": {"gpunode_reboot_ok": True, "gpunode_bandwidth_baseline_min_points": 1}}}))
+    out = sh("gpunode", "hook", "-c", str(hook / "hook.yml"), "revalidate", env=env, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.startswith("revalidation 1: ok "), out.stdout
+    # The HGX was cordoned and drained: its training pod is gone, the DaemonSet's pod stays.
+    assert _pods(core, "rv-hgx") == ["dcgm-exporter-x1"]
+    # Repaired by site.yml, returned to service: adaptive routing back, schedulable, no remediation taint.
+    assert adaptive_routing(hgx_rail["pci_address"]) == 1 - flipped
+    node = core.read_node("rv-hgx")
+    assert not node.spec.unschedulable
+    assert not [t for t in node.spec.taints or [] if t.key.endswith("/remediation")]
+    conditions = {c.type: c for c in node.status.conditions}
+    assert conditions["Ready"].status == "True"
+    assert (conditions["GPUNodeRemediation"].status, conditions["GPUNodeRemediation"].reason) == ("False", "InService")
+    assert conditions["GPUNodeHealthProblem"].status == "False"
+    # Every step, in the hook's day-two database (0600 in its state directory), and every bandwidth result.
+    db = hook / "state" / "history.sqlite"
+    assert oct(db.stat().st_mode & 0o777) == "0o600"
+    with sqlite3.connect(db) as conn:
+        steps = conn.execute("SELECT host, step, detail FROM events ORDER BY id").fetchall()
+        rows = conn.execute("SELECT host, run, COUNT(*) FROM bandwidth GROUP BY host, run ORDER BY host").fetchall()
+        states = dict(conn.execute("SELECT host, state FROM remediation").fetchall())
+    assert [(h, s) for h, s, _ in steps] == [("rv-dgx", "deferred"), ("rv-hgx", "remediate"), ("rv-hgx", "drained"),
+                                             ("rv-hgx", "returned")], steps
+    assert "RailRoceAcclDrift" in steps[1][2] and hgx_rail["pci_address"] in steps[1][2]
+    assert "waits: only its bandwidth results failed, against rv-hgx" in steps[0][2]
+    assert "1 Pod(s) deleted from node" in steps[2][2]
+    assert states == {"rv-dgx": "in_service", "rv-hgx": "in_service"}
+    rails = {h: len(discovery(h)["rails"]) for h in HOSTS}
+    # The revalidation measured both hosts (each rail as client and server); the re-run measured the HGX again.
+    assert [(h, n) for h, _run, n in rows if _run == "revalidate-1"] == [("rv-dgx", 2 * rails["rv-dgx"]),
+                                                                      ("rv-hgx", 2 * rails["rv-hgx"])]
+    assert sum(n for h, run, n in rows if run != "revalidate-1") >= rails["rv-hgx"]
+    # `hook status` shows the revalidation; the report shows the events.
+    status = sh("gpunode", "hook", "-c", str(hook / "hook.yml"), "status", env=env).stdout
+    assert "revalidation 1: ok" in status and "playbook=playbooks/remediate.yml" in status
+    page = (state / "report" / "report.html").read_text()
+    assert '<h2 id="day-two">' in page
+    assert 'data-host="rv-hgx" data-step="drained"' in page and 'data-host="rv-hgx" data-step="returned"' in page

@@ -78,6 +78,22 @@ def test_max_unavailable_bounds_each_fabric_and_a_host_already_out_does_not_coun
     assert rm.budget("50%", 4) == 2 and rm.budget("10%", 4) == 1 and rm.budget(2, 10) == 2
 
 
+def test_a_host_failing_only_against_a_drifted_peer_waits_for_the_peer():
+    # Two hosts: adaptive routing flipped on b; the RDMA test between them fails on both ends.
+    a = {"conditions": [], "regressions": ["a rail 2 (as client, peer b rail 2): no result (the test failed)"],
+         "failures": ["rail 2 mlx5_4 as client <-> b mlx5_4: ib_write_bw failed"], "checks": [], "peers": ["b"]}
+    b = {"conditions": [AR], "regressions": [], "failures": ["rail 2: ROCE_ACCL drift"], "checks": ["roce_accl"],
+         "peers": ["a"]}
+    plan = rm.plan({"a": a, "b": b}, {"a": "A", "b": "A"}, {}, max_unavailable=1)
+    assert plan["b"]["action"] == "remediate"
+    assert plan["a"]["action"] == "deferred" and plan["a"]["state"] == "in_service"
+    assert plan["a"]["message"] == ("waits: only its bandwidth results failed, against b, which have findings of "
+                                    "their own; judged again once they pass")
+    # Without a peer to explain it, a bandwidth-only finding is remediated.
+    alone = rm.plan({"a": a}, {"a": "A"}, {})
+    assert alone["a"]["action"] == "remediate"
+
+
 def test_attempts_run_out_and_a_healthy_host_returns():
     records = {"a": {"state": "remediating", "attempts": 3, "fabric": "A"},
                "b": {"state": "exhausted", "attempts": 3, "fabric": "A"},
@@ -185,8 +201,9 @@ def test_node_conditions_merge_by_type_through_the_status_subresource(kapi):
     assert out["changed"] and out["nodes"]["hgx1"]["conditions"][0]["reason"] == "BelowBaseline"
     conds = {c.type: c for c in core.read_node_status("hgx1").status.conditions}
     assert conds["Ready"].status == "True"  # the kubelet's condition is left as it was
-    assert conds["RailBandwidthRegression"].status == "True" and conds["RailBandwidthRegression"].message == "rail 3: 192"
-    first = conds["RailBandwidthRegression"].last_transition_time
+    regression = conds["RailBandwidthRegression"]
+    assert regression.status == "True" and regression.message == "rail 3: 192"
+    first = regression.last_transition_time
     assert _conditions(srv, {"hgx1": bad})["changed"] is False  # idempotent: no patch
     good = [{"type": "RailBandwidthRegression", "status": "False", "reason": "AtBaseline", "message": "ok"}]
     assert _conditions(srv, {"hgx1": good})["changed"]
@@ -227,7 +244,7 @@ def test_the_report_shows_the_regressed_rail_with_its_trend_and_the_events(tmp_p
     assert [p["gbps"] for p in rail["trend"]] == [384.0, 386.0, 383.0, 300.0]
     assert [s["state"] for s in day_two["states"]] == ["remediating"]
     assert [e["step"] for e in day_two["events"]] == ["drained", "remediate"]
-    svg = ET.fromstring(day_two_report.trend_svg(rail))
+    svg = ET.fromstring(day_two_report.trend_svg(rail))  # noqa: S314 - the SVG this test just rendered
     ns = "{http://www.w3.org/2000/svg}"
     circles = svg.findall(f"{ns}circle")
     assert len(circles) == 4 and circles[-1].get("fill") == "#c62828"

@@ -76,6 +76,10 @@ class HookConfig:
     # Cluster API: annotate each host's Machine in the management cluster once its run finished.
     capi_annotate: bool = False
     capi_kubeconfig: Path | None = None
+    #: Day two: revalidate (and with ``remediate: true`` repair) the provisioned hosts on a schedule:
+    #: ``{interval, remediate, playbook, batch, max_unavailable, max_attempts, hosts, extra_vars}``
+    #: (gpunode/hook/revalidate.py). None: no schedule.
+    revalidate: dict | None = None
 
     def secret(self) -> bytes:
         """The shared secret (file first, then the environment); raise when there is none."""
@@ -120,6 +124,9 @@ class HookConfig:
                      "max_concurrent_requests", "hmac_max_skew"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}: must be at least 1")
+        from gpunode.hook.revalidate import settings  # noqa: PLC0415 - revalidate.py imports this module
+
+        settings(self)
         self.secret()
         return self
 

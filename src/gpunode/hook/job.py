@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -117,6 +118,25 @@ def _read_validation(spec: dict, hosts: list[str], base_kwargs: dict) -> dict[st
     return found
 
 
+def command_line(spec: dict) -> str:
+    """ansible-playbook's extra arguments: the run's secrets file (its path only) and the spec's extra vars
+    (non-secret, as JSON)."""
+    parts = []
+    if spec.get("run_secrets_file"):
+        parts += ["-e", "@" + spec["run_secrets_file"]]
+    if spec.get("extra_vars"):
+        parts += ["-e", json.dumps(spec["extra_vars"], sort_keys=True)]
+    return shlex.join(parts)
+
+
+def run_limit(spec: dict, names: dict[str, str]) -> str:
+    """``--limit``: the spec's hosts by inventory name, or, for a run of the whole inventory, every host but the
+    excluded ones (hosts being provisioned)."""
+    if spec["hosts"]:
+        return ",".join(names[h] for h in spec["hosts"])
+    return ":".join(["all", *(f"!{h}" for h in spec.get("exclude") or [])])
+
+
 def run_job(spec: dict, cancel: threading.Event) -> dict:
     """Run the playbook for ``spec['hosts']``; return (and write) the machine-readable result."""
     parent = spec.get("parent_pid")
@@ -145,16 +165,19 @@ def run_job(spec: dict, cancel: threading.Event) -> dict:
     started = time.time()
     pdd = tempfile.mkdtemp(prefix=f"gpunode-hook-run{spec['run_id']}-")
     try:
-        cmdline = f"-e @{spec['run_secrets_file']}" if spec.get("run_secrets_file") else None
+        cmdline = command_line(spec)
         runner = ansible_runner.run(
             **base_kwargs, private_data_dir=pdd, ident=f"run-{spec['run_id']}",
-            playbook=spec["playbook"], limit=",".join(names[h] for h in spec["hosts"]), cmdline=cmdline,
+            playbook=spec["playbook"], limit=run_limit(spec, names), cmdline=cmdline or None,
             event_handler=tracker,
         )
         status, rc, stats = runner.status, runner.rc, runner.stats
     finally:
         shutil.rmtree(pdd, ignore_errors=True)
-    hosts = {h: _host_summary(stats, tracker, names[h]) for h in spec["hosts"]}
+    # A run of the whole inventory (a scheduled revalidation) reports every host it processed.
+    if not spec["hosts"]:
+        names = {h: h for h in sorted((stats or {}).get("processed") or {})}
+    hosts = {h: _host_summary(stats, tracker, names[h]) for h in names}
     stdout = Path(spec["artifacts_dir"]) / f"run-{spec['run_id']}" / "stdout"
     tail = [line for line in (stdout.read_text(errors="replace") if stdout.is_file() else "").splitlines()
             if line.strip()][-1:]
@@ -167,7 +190,7 @@ def run_job(spec: dict, cancel: threading.Event) -> dict:
             summary.setdefault("message", "no task ran on this host: is it in the inventory?" if status == "successful"
                                else f"the run ended {status} before this host: {' '.join(tail)[:300]}")
     done = [h for h, s in hosts.items() if s["ok_overall"]]
-    if done and not cancelled():
+    if done and not cancelled() and spec.get("read_validation", True):
         verdicts = _read_validation(spec, [names[h] for h in done], base_kwargs)
         for host in done:
             hosts[host]["validation"] = verdicts[names[host]]

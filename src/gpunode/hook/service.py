@@ -1,4 +1,5 @@
-"""``gpunode hook serve``, ``run`` and ``status``: wiring of settings, store, worker and HTTP app."""
+"""``gpunode hook serve``, ``run``, ``revalidate`` and ``status``: wiring of settings, store, worker, the
+revalidation schedule and the HTTP app."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,8 +18,9 @@ import uvicorn
 from gpunode.hook.app import Hook, create_app
 from gpunode.hook.config import HookConfig
 from gpunode.hook.maas import MaasClient, MaasError
+from gpunode.hook.revalidate import Revalidator, revalidate_once
 from gpunode.hook.store import Store, StoreError, private_dir
-from gpunode.hook.worker import Worker
+from gpunode.hook.worker import GRACE, Worker
 
 log = logging.getLogger("gpunode.hook")
 
@@ -129,6 +132,8 @@ def serve(config: HookConfig) -> int:
     worker = Worker(config, store, on_finished=write_backs(tag_writer(config, store, maas), capi_writer(config, store)))
     hook = Hook(config, store, worker=worker, maas=maas)
     worker.start()
+    revalidator = Revalidator(config, store, worker.stop)
+    revalidator.start()
     scheme = "https" if config.tls_cert_file else "http"
     log.info("hook listening on %s://%s:%d (auth %s, playbook %s, inventory %s)", scheme, config.listen_host,
              config.listen_port, config.auth, config.playbook, config.inventory)
@@ -151,8 +156,38 @@ def serve(config: HookConfig) -> int:
     finally:
         log.info("hook stopping: cancelling running jobs (their hosts stay queued)")
         worker.shutdown()
+        revalidator.join(timeout=GRACE + 15)
         store.close()
     return 0
+
+
+def revalidate_now(config: HookConfig, *, out=print) -> int:
+    """``gpunode hook revalidate``: one scheduled revalidation now, in the foreground; 0 when every host passed."""
+    setup_logging(config)
+    store = Store(config.db_path)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        entry = revalidate_once(config, store, stop)
+        if entry is None:
+            out("revalidation: no provisioned host to revalidate")
+            return 0
+        out(format_revalidation(entry))
+        for name, host in sorted(((entry["result"] or {}).get("hosts") or {}).items()):
+            out(f"  {name:<20} {'ok' if host.get('ok_overall') else 'failed':<6} stage={host.get('stage') or '-'}"
+                + (f" message={host['message']!r}" if host.get("message") else ""))
+        return 0 if entry["state"] == "ok" else 1
+    finally:
+        store.close()
+
+
+def format_revalidation(entry: dict) -> str:
+    """One line for a recorded revalidation."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry["started_at"]))
+    took = f" {entry['finished_at'] - entry['started_at']:.0f}s" if entry.get("finished_at") else ""
+    return (f"revalidation {entry['id']}: {entry['state']} {when}{took} playbook={entry['playbook']} "
+            f"hosts={','.join(entry['hosts'])}")
 
 
 def run_hosts(config: HookConfig, hosts: list[str], *, out=print) -> int:
@@ -272,11 +307,15 @@ def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json
         rows = [store.host(host)] if host else store.hosts()
         if host and rows[0] is None:
             return missing(f"host {host}: not found")
+        revalidations = [] if host else store.revalidations(5)
         if as_json:
-            out(json.dumps({"hosts": rows, "counts": store.counts()}, indent=2, sort_keys=True))
+            out(json.dumps({"hosts": rows, "counts": store.counts(), "revalidations": revalidations}, indent=2,
+                           sort_keys=True))
         else:
             for row in rows:
                 out(format_host(row, store.run(row["last_run_id"]) if row["last_run_id"] else None))
+            for entry in revalidations:
+                out(format_revalidation(entry))
         return 0
     finally:
         store.close()

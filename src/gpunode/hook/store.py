@@ -70,6 +70,15 @@ CREATE TABLE IF NOT EXISTS nonces (
     nonce TEXT PRIMARY KEY,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS revalidations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    playbook TEXT NOT NULL,
+    hosts TEXT NOT NULL,
+    state TEXT NOT NULL,
+    result TEXT
+);
 """
 
 #: Columns added after the first release, created on an older database when it is opened.
@@ -472,6 +481,32 @@ class Store:
         with self._lock:
             rows = self._db.execute("SELECT * FROM runs ORDER BY id").fetchall()
         return [_run(r) for r in rows]
+
+    # -- scheduled revalidation -------------------------------------------------------------
+
+    def start_revalidation(self, hosts: list[str], playbook: str, now: float | None = None) -> int:
+        """Record a revalidation as running; its id."""
+        with self._lock:
+            cur = self._db.execute("INSERT INTO revalidations (started_at, playbook, hosts, state) VALUES (?, ?, ?, ?)",
+                                   (time.time() if now is None else now, playbook, json.dumps(hosts), "running"))
+            return int(cur.lastrowid)
+
+    def finish_revalidation(self, rid: int, state: str, result: dict, now: float | None = None) -> None:
+        with self._lock:
+            self._db.execute("UPDATE revalidations SET finished_at = ?, state = ?, result = ? WHERE id = ?",
+                             (time.time() if now is None else now, state, json.dumps(result), rid))
+
+    def revalidations(self, limit: int = 20) -> list[dict]:
+        """The latest revalidations, newest first (a run still going has state ``running``)."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM revalidations ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        out = []
+        for row in rows:
+            entry = dict(row)
+            entry["hosts"] = json.loads(entry["hosts"])
+            entry["result"] = json.loads(entry["result"]) if entry["result"] else None
+            out.append(entry)
+        return out
 
     def counts(self) -> dict[str, int]:
         with self._lock:
