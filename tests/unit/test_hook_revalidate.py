@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,7 +18,7 @@ from test_hook import SECRET, make_config, scan_for_secrets, site  # noqa: F401 
 
 from gpunode import cli
 from gpunode.hook import revalidate as rv
-from gpunode.hook.config import ConfigError
+from gpunode.hook.config import ConfigError, load_config
 from gpunode.hook.store import Store
 
 REVALIDATE = """\
@@ -151,3 +152,10 @@ def test_the_schedule_is_due_an_interval_after_the_last_start_and_a_restart_clos
     assert store.revalidations(1)[0]["id"] == rid and store.revalidations(1)[0]["state"] == "interrupted"
     store.close()
     assert SECRET not in (site / "state" / "hook.db").read_bytes().decode(errors="replace")
+
+
+def test_the_example_settings_schedule_a_remediation():
+    config = load_config(Path(__file__).resolve().parents[2] / "examples" / "hook" / "hook.yml")
+    plan = rv.settings(config)
+    assert plan.remediate and plan.interval == 21600 and plan.run_playbook == "playbooks/remediate.yml"
+    assert plan.max_unavailable == 1 and plan.extra_vars == {"gpunode_reboot_ok": True}
