@@ -101,8 +101,9 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
     the hosts its failed or regressed rails were measured against, ``checks`` its own failed read-back checks.
     ``fabrics``: host -> fabric name, for the hosts of this run.
     ``records``: host -> ``{state, attempts, fabric}`` from earlier runs (any host, also hosts not in this run).
-    Returns host -> ``{action, state, attempts, fabric, reasons, hardware, message}``: ``attempts`` counts this run's
-    re-run when the action is ``remediate``; ``hardware`` lists ``{type, device, message}`` of hardware conditions.
+    Returns host -> ``{action, state, attempts, fabric, reasons, waits_for, hardware, message}``: ``attempts``
+    counts this run's re-run when the action is ``remediate``; ``waits_for`` names the peers a host deferred for
+    them waits for; ``hardware`` lists ``{type, device, message}`` of hardware conditions.
     """
     records = records or {}
     _check(findings, fabrics, records)
@@ -140,6 +141,7 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
         result[host] = {"action": action, "state": STATE_AFTER[action] if action != "deferred"
                         else record.get("state", "in_service"),
                         "attempts": attempts, "fabric": str(fabrics[host]), "reasons": reasons,
+                        "waits_for": blamed_peers.get(host, []) if message.startswith("waits: only") else [],
                         "hardware": [{"type": c.get("type"), "device": c.get("device"), "message": c.get("message")}
                                      for c in hardware], "message": message}
 

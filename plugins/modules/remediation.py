@@ -117,12 +117,13 @@ EXAMPLES = r"""
 RETURN = r"""
 plan:
   description:
-    - With O(step=plan), host to C({action, state, attempts, fabric, reasons, hardware, message}). C(state) is the
-      state after the action; C(attempts) counts this run's re-run for C(remediate); C(reasons) are the finding's
-      lines; C(hardware) lists C({type, device, message}) of the conditions only hardware service fixes.
+    - With O(step=plan), host to C({action, state, attempts, fabric, reasons, waits_for, hardware, message}).
+      C(state) is the state after the action; C(attempts) counts this run's re-run for C(remediate); C(reasons) are
+      the finding's lines; C(waits_for) names the peers with findings of their own that a host deferred for them
+      waits for; C(hardware) lists C({type, device, message}) of the conditions only hardware service fixes.
   returned: when step is plan
   type: dict
-  sample: {hgx1: {action: remediate, state: remediating, attempts: 1, fabric: east, hardware: [],
+  sample: {hgx1: {action: remediate, state: remediating, attempts: 1, fabric: east, hardware: [], waits_for: [],
                   reasons: ["RailRoceAcclDrift: rail 2 NIC 0000:3b:00.0 ..."],
                   message: "remediation attempt 1 of 3: the pipeline re-runs for it"}}
 by_action:

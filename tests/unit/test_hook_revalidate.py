@@ -159,3 +159,19 @@ def test_the_example_settings_schedule_a_remediation():
     plan = rv.settings(config)
     assert plan.remediate and plan.interval == 21600 and plan.run_playbook == "playbooks/remediate.yml"
     assert plan.max_unavailable == 1 and plan.extra_vars == {"gpunode_reboot_ok": True}
+
+
+def test_status_lists_the_latest_day_two_steps(site, capsys):  # noqa: F811
+    from ansible_collections.mlplatform.gpunode.plugins.action import remediation  # noqa: PLC0415 - test only
+
+    config = _config(site)
+    Store(config.db_path).close()
+    with remediation.open_db(str(rv.history_db(config))) as conn:
+        remediation.write_record(conn, ["node-a"], "drained", None, {"node-a": "1 Pod(s) deleted from node."},
+                                 "revalidate-1", 1.8e9)
+    (site / "hook.yml").write_text(yaml.safe_dump({"state_dir": str(site / "state"), "inventory": "hosts.yml"}))
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  2027-01-15T08:00:00Z revalidate-1 node-a: drained: 1 Pod(s) deleted from node.")
+    assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["day_two_events"][0]["step"] == "drained"

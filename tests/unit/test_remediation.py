@@ -87,6 +87,7 @@ def test_a_host_failing_only_against_a_drifted_peer_waits_for_the_peer():
     plan = rm.plan({"a": a, "b": b}, {"a": "A", "b": "A"}, {}, max_unavailable=1)
     assert plan["b"]["action"] == "remediate"
     assert plan["a"]["action"] == "deferred" and plan["a"]["state"] == "in_service"
+    assert plan["a"]["waits_for"] == ["b"] and plan["b"]["waits_for"] == []
     assert plan["a"]["message"] == ("waits: only its bandwidth results failed, against b, which have findings of "
                                     "their own; judged again once they pass")
     # Without a peer to explain it, a bandwidth-only finding is remediated.

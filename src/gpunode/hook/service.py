@@ -3,11 +3,13 @@ revalidation schedule and the HTTP app."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -18,7 +20,7 @@ import uvicorn
 from gpunode.hook.app import Hook, create_app
 from gpunode.hook.config import HookConfig
 from gpunode.hook.maas import MaasClient, MaasError
-from gpunode.hook.revalidate import Revalidator, revalidate_once
+from gpunode.hook.revalidate import Revalidator, history_db, revalidate_once
 from gpunode.hook.store import Store, StoreError, private_dir
 from gpunode.hook.worker import GRACE, Worker
 
@@ -182,6 +184,24 @@ def revalidate_now(config: HookConfig, *, out=print) -> int:
         store.close()
 
 
+def day_two_events(config: HookConfig, limit: int = 10) -> list[dict]:
+    """The latest remediation steps from the day-two database (``history.sqlite``), newest first; [] without one."""
+    path = history_db(config)
+    if not path.is_file():
+        return []
+    with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=30)) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone():
+            return []
+        rows = conn.execute("SELECT time, run, host, step, detail FROM events ORDER BY id DESC LIMIT ?",
+                            (limit,)).fetchall()
+    return [dict(zip(("time", "run", "host", "step", "detail"), r, strict=True)) for r in rows]
+
+
+def format_event(event: dict) -> str:
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(event["time"]))
+    return f"  {when} {event['run']} {event['host']}: {event['step']}: {event['detail'][:300]}"
+
+
 def format_revalidation(entry: dict) -> str:
     """One line for a recorded revalidation."""
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry["started_at"]))
@@ -309,13 +329,15 @@ def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json
             return missing(f"host {host}: not found")
         revalidations = [] if host else store.revalidations(5)
         if as_json:
-            out(json.dumps({"hosts": rows, "counts": store.counts(), "revalidations": revalidations}, indent=2,
-                           sort_keys=True))
+            out(json.dumps({"hosts": rows, "counts": store.counts(), "revalidations": revalidations,
+                            "day_two_events": [] if host else day_two_events(config)}, indent=2, sort_keys=True))
         else:
             for row in rows:
                 out(format_host(row, store.run(row["last_run_id"]) if row["last_run_id"] else None))
             for entry in revalidations:
                 out(format_revalidation(entry))
+            for event in [] if host else day_two_events(config):
+                out(format_event(event))
         return 0
     finally:
         store.close()
