@@ -181,3 +181,40 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
         else:
             decide(host, "deferred", reasons_of(findings[host]), attempts)
     return result
+
+
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+def _gpu_count(container):
+    resources = (container or {}).get("resources") or {}
+    total = 0
+    for part in ("limits", "requests"):
+        for name, value in ((resources.get(part) or {}).items()):
+            if name.startswith(GPU_RESOURCE_PREFIXES):
+                try:
+                    total = max(total, int(str(value)))
+                except ValueError:
+                    total = max(total, 1)
+    return total
+
+
+def busy_nodes(pods, nodes, annotation):
+    """Node name -> why it is not idle: pods that are not finished and ask for GPUs (``nvidia.com/gpu`` or a MIG
+    resource) in a container, or the Node annotation ``annotation`` set to ``"false"`` (an operator's "do not
+    revalidate now"). Nodes that are idle are not in it."""
+    out = {}
+    for pod in pods or []:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        node = spec.get("nodeName")
+        if not node or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        if any(_gpu_count(c) for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])):
+            out.setdefault(node, []).append(f"{meta.get('namespace', 'default')}/{meta.get('name')}")
+    reasons = {node: "GPU pods " + ", ".join(sorted(names)) for node, names in out.items()}
+    for node in nodes or []:
+        meta = node.get("metadata") or {}
+        if str((meta.get("annotations") or {}).get(annotation, "")).lower() == "false":
+            name = meta.get("name")
+            reasons[name] = "; ".join(filter(None, (reasons.get(name), f"annotation {annotation}=false")))
+    return reasons

@@ -205,3 +205,20 @@ def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
     page = (state / "report" / "report.html").read_text()
     assert '<h2 id="day-two">' in page
     assert 'data-host="rv-hgx" data-step="drained"' in page and 'data-host="rv-hgx" data-step="returned"' in page
+
+
+def test_only_idle_nodes_are_revalidated(fleet):
+    """gpunode_revalidate_only_idle: a Node running a pod that asks for GPUs is left out, with the reason."""
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(fleet["kubeconfig"])))
+    core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-gpu-0"},
+                                           "spec": {"nodeName": "rv-dgx", "containers": [{
+                                               "name": "c", "image": "x",
+                                               "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+                                           "status": {"phase": "Running"}})
+    out = sh("ansible-playbook", "-i", str(fleet["inventory"]), "playbooks/revalidate.yml", "-e", f"@{fleet['vars']}",
+             "-e", json.dumps({"gpunode_bandwidth_history_db": str(fleet["db"]), "gpunode_revalidate_only_idle": True}),
+             env=fleet["env"], check=False)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "rv-dgx is left out of this revalidation: GPU pods default/train-gpu-0" in out.stdout
+    assert "rv-hgx revalidated: healthy" in out.stdout
+    assert "rv-dgx revalidated" not in out.stdout

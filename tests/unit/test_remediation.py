@@ -262,3 +262,18 @@ def test_the_report_shows_the_regressed_rail_with_its_trend_and_the_events(tmp_p
     # A report without a day-two database has no such section.
     plain = write_report(tmp_path / "empty", tmp_path / "plain", {"hosts": {}, "kueue": [], "run": {}})
     assert "day-two" not in plain["report.html"][0].read_text()
+
+
+def test_busy_nodes_are_those_with_gpu_pods_running_or_the_annotation():
+    def pod(name, node, gpus=None, phase="Running", mig=False):
+        resources = {"limits": {("nvidia.com/mig-1g.10gb" if mig else "nvidia.com/gpu"): gpus}} if gpus else {}
+        return {"metadata": {"name": name, "namespace": "team-a"}, "status": {"phase": phase},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": resources}]}}
+
+    pods = [pod("train-0", "a", 8), pod("cpu-job", "b"), pod("done", "c", 8, phase="Succeeded"),
+            pod("mig", "d", "1", mig=True), pod("pending", None, 8, phase="Pending")]
+    nodes = [{"metadata": {"name": n}} for n in "abcd"] + [
+        {"metadata": {"name": "e", "annotations": {"gpunode.mlplatform.io/revalidate": "false"}}}]
+    assert rm.busy_nodes(pods, nodes, "gpunode.mlplatform.io/revalidate") == {
+        "a": "GPU pods team-a/train-0", "d": "GPU pods team-a/mig",
+        "e": "annotation gpunode.mlplatform.io/revalidate=false"}
