@@ -106,15 +106,19 @@ class ActionModule(ActionBase):
         run = str(args.get("run") or os.environ.get("GPUNODE_RUN_ID")
                   or "run-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)))
         try:
-            with closing(open_db(db, self._task.check_mode)) as conn, conn:
-                if step == "plan":
-                    result.update(self._plan(conn, args, task_vars, hosts, run, now))
-                else:
-                    result.update(self._record(conn, args, hosts, run, now))
+            with closing(open_db(db, self._task.check_mode)) as conn:
+                result.update(self._in_transaction(conn, step, args, task_vars, hosts, run, now))
         except (OSError, sqlite3.Error) as exc:
             raise AnsibleActionFail(f"remediation: the day-two database {db} cannot be used: {exc}") from None
         result["changed"] = bool(result["events"])
         return result
+
+    def _in_transaction(self, conn, step, args, task_vars, hosts, run, now):
+        """The step, in one transaction: all of it is written, or nothing."""
+        with conn:
+            if step == "plan":
+                return self._plan(conn, args, task_vars, hosts, run, now)
+            return self._record(conn, args, hosts, run, now)
 
     def _plan(self, conn, args, task_vars, hosts, run, now):
         numbers = action_args.numbers("remediation", args, NUMBERS)

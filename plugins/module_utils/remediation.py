@@ -128,8 +128,8 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
             "none": "healthy",
             "return": f"healthy again after {record.get('state', 'in_service')}: back in service",
             "remediate": f"remediation attempt {attempts} of {max_attempts}: the pipeline re-runs for it",
-            "hardware_service": "needs hardware service: " + "; ".join(f"{c['type']} on {c['device']}"
-                                                                      for c in hardware),
+            "hardware_service": "needs hardware service: " + "; ".join(
+                f"{c['type']} on {c['device']}" for c in hardware),
             "exhausted": f"left out of service: {attempts} remediation attempts did not fix it",
             "deferred": f"waits: {budget(max_unavailable, sizes[str(fabrics[host])])} host(s) of fabric "
                         f"{fabrics[host]} are out already (max_unavailable)",
