@@ -1,0 +1,114 @@
+"""Topology from the fabric (module_utils/topology.py): levels per host from the rail neighbours and the inventory,
+the cabling contract of rail-optimized fabrics, Kueue's Topology validated against Kueue's CRD."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import topology
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas" / "kueue"
+KEYS = {"block": "gpunode.mlplatform.io/topology-block", "rack": "gpunode.mlplatform.io/topology-rack"}
+
+
+def rail_optimized_fleet(blocks=2, leaves=4, hosts=16):
+    """``blocks`` scalable units; in each, rail k of every host reaches leaf k on port <host number>."""
+    fleet = {}
+    for b in range(blocks):
+        for h in range(hosts):
+            name = f"b{b}-gpu{h:02d}"
+            fleet[name] = {"fabric": "east", "block": f"block-{b}", "rack": None, "rails": [
+                {"rail": k, "netdev": f"enp{k}s0np0", "pci_address": f"0000:{k:02x}:00.0",
+                 "neighbour": {"switch": f"leaf-b{b}-r{k}", "port": f"swp{h + 1}"}} for k in range(leaves)]}
+    return fleet
+
+
+def top_of_rack_fleet(blocks=2, leaves=4, hosts=16, rails=8):
+    """``blocks`` x ``leaves`` racks of ``hosts`` hosts; every rail of a host reaches its rack's leaf."""
+    fleet = {}
+    for b in range(blocks):
+        for leaf in range(leaves):
+            for h in range(hosts):
+                fleet[f"b{b}-r{leaf}-gpu{h:02d}"] = {"fabric": "west", "block": f"block-{b}", "rack": None, "rails": [
+                    {"rail": k, "netdev": f"enp{k}s0np0",
+                     "neighbour": {"switch": f"tor-b{b}-{leaf}", "port": f"Ethernet{h * rails + k}"}}
+                    for k in range(rails)]}
+    return fleet
+
+
+def test_two_blocks_of_four_leaves_and_sixteen_hosts_rail_optimized():
+    result = topology.plan(rail_optimized_fleet(), rail_optimized={"east"})
+    assert result["miscabled"] == [] and result["warnings"] == []
+    assert result["levels"]["b0-gpu07"] == {"block": "block-0", "rack": "leaf-b0-r0", "source": "neighbours"}
+    assert result["levels"]["b1-gpu15"] == {"block": "block-1", "rack": "leaf-b1-r0", "source": "neighbours"}
+    units = result["units"]["east"]
+    assert [(u["name"], u["leaves"], len(u["hosts"])) for u in units] == [
+        ("leaf-b0-r0", ["leaf-b0-r0", "leaf-b0-r1", "leaf-b0-r2", "leaf-b0-r3"], 16),
+        ("leaf-b1-r0", ["leaf-b1-r0", "leaf-b1-r1", "leaf-b1-r2", "leaf-b1-r3"], 16)]
+    labels = topology.node_labels(result["levels"], KEYS)
+    assert labels["b1-gpu03"] == {KEYS["block"]: "block-1", KEYS["rack"]: "leaf-b1-r0"}
+    assert topology.tree(result)["block-0"] == {"leaf-b0-r0": [f"b0-gpu{h:02d}" for h in range(16)]}
+
+
+def test_two_blocks_of_four_top_of_rack_leaves_and_sixteen_hosts_each():
+    result = topology.plan(top_of_rack_fleet())
+    assert result["miscabled"] == [] and len(result["levels"]) == 128
+    assert result["levels"]["b1-r2-gpu05"] == {"block": "block-1", "rack": "tor-b1-2", "source": "neighbours"}
+    tree = topology.tree(result)
+    assert sorted(tree) == ["block-0", "block-1"] and sorted(tree["block-0"]) == [f"tor-b0-{n}" for n in range(4)]
+    assert all(len(hosts) == 16 for racks in tree.values() for hosts in racks.values())
+
+
+def test_a_swapped_pair_of_cables_fails_the_contract_naming_both_rails():
+    fleet = rail_optimized_fleet()
+    rails = fleet["b0-gpu04"]["rails"]
+    rails[1]["neighbour"], rails[2]["neighbour"] = rails[2]["neighbour"], rails[1]["neighbour"]
+    result = topology.plan(fleet, rail_optimized={"east"})
+    assert [(m["host"], m["rail"], m["kind"]) for m in result["miscabled"]] == [
+        ("b0-gpu04", 1, "swapped"), ("b0-gpu04", 2, "swapped")]
+    lines = [topology.describe_miscabled(m) for m in result["miscabled"]]
+    assert lines[0] == ("b0-gpu04 rail 1 (enp1s0np0): expected leaf-b0-r1 port swp5, found leaf-b0-r2 port swp5 "
+                        "(cables swapped with another rail; fabric east, unit leaf-b0-r0)")
+    assert lines[1].startswith("b0-gpu04 rail 2 (enp2s0np0): expected leaf-b0-r2 port swp5, found leaf-b0-r1 port swp5")
+    # The host stays in its unit (its rack label is right; its cabling is not).
+    assert result["levels"]["b0-gpu04"]["rack"] == "leaf-b0-r0"
+
+
+def test_a_rail_on_a_foreign_leaf_fails_the_contract():
+    fleet = rail_optimized_fleet()
+    fleet["b1-gpu09"]["rails"][3]["neighbour"] = {"switch": "leaf-b0-r3", "port": "swp40"}
+    result = topology.plan(fleet, rail_optimized={"east"})
+    (entry,) = result["miscabled"]
+    assert entry["kind"] == "foreign_leaf" and (entry["host"], entry["rail"]) == ("b1-gpu09", 3)
+    assert topology.describe_miscabled(entry) == (
+        "b1-gpu09 rail 3 (enp3s0np0): expected leaf-b1-r3 (any port), found leaf-b0-r3 port swp40 (on a leaf of "
+        "another scalable unit; fabric east, unit leaf-b1-r0)")
+    # Without the declaration nothing is judged.
+    assert topology.plan(fleet)["miscabled"] == []
+
+
+def test_without_lldp_a_warning_names_the_rail_and_the_inventory_gives_the_topology():
+    fleet = rail_optimized_fleet(blocks=1, hosts=2)
+    for data in fleet.values():
+        for rail in data["rails"]:
+            rail["neighbour"] = None
+        data["rack"] = "rack A7"
+    result = topology.plan(fleet, rail_optimized={"east"})
+    assert len(result["warnings"]) == 8
+    assert result["warnings"][0] == ("b0-gpu00: rail 0 (enp0s0np0): no neighbour (LLDP off or not answering, or the "
+                                     "subnet manager not reachable); its leaf is unknown")
+    assert result["levels"]["b0-gpu01"] == {"block": "block-0", "rack": "rack-A7", "source": "inventory"}
+    assert result["miscabled"] == []
+
+
+def test_the_topology_object_and_labels_validate_against_kueues_crd():
+    jsonschema = pytest.importorskip("jsonschema")
+    crd = yaml.safe_load((SCHEMAS / "kueue.x-k8s.io_topologies.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
+    obj = topology.topology_object("gpu-fabric", KEYS)
+    assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    jsonschema.validate(obj["spec"], version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    assert [lvl["nodeLabel"] for lvl in obj["spec"]["levels"]][-1] == "kubernetes.io/hostname"
+    assert topology.label_value("MF0;CNTSN-POD229-QM97-IB-02:MQM9700/U1") == "MF0-CNTSN-POD229-QM97-IB-02-MQM9700-U1"
