@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,25 @@ def test_status_lists_the_latest_day_two_steps(site, capsys):  # noqa: F811
         "  2027-01-15T08:00:00Z revalidate-1 node-a: drained: 1 Pod(s) deleted from node.")
     assert cli.main(["hook", "-c", str(site / "hook.yml"), "status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["day_two_events"][0]["step"] == "drained"
+
+
+def test_the_service_thread_runs_the_schedule_when_it_is_due(site, monkeypatch):  # noqa: F811
+    """The thread `hook serve` starts: a revalidation once the interval is up, then none until the next."""
+    monkeypatch.setattr(rv, "MIN_INTERVAL", 0)
+    config = _config(site, interval=3600)
+    store = Store(config.db_path)
+    _provision(store, "node-a")
+    stop = threading.Event()
+    revalidator = rv.Revalidator(config, store, stop)
+    revalidator._started -= 3600  # the service started an interval ago: due now
+    revalidator.start()
+    for _ in range(300):
+        done = [e for e in store.revalidations() if e["state"] != "running"]
+        if done:
+            break
+        stop.wait(0.1)
+    stop.set()
+    revalidator.join(10)
+    assert [(e["state"], e["hosts"]) for e in store.revalidations()] == [("ok", ["node-a"])]
+    assert rv.due_in(store, 3600, revalidator._started, time.time()) > 3500
+    store.close()
