@@ -49,15 +49,24 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
 
     flt = cmds.add_parser("fault", help="set or clear a fault flag: gpunode sim fault dgx01 link_down 0000:18:00.0")
     flt.add_argument("host", help="the simulated host")
-    flt.add_argument("kind", choices=[*hwstate.FAULT_KINDS, *hwstate.HEALTH_FAULTS, *hwstate.RUNTIME_FAULTS],
+    flt.add_argument("kind", choices=[*hwstate.FAULT_KINDS, *hwstate.HEALTH_FAULTS, *hwstate.RUNTIME_FAULTS,
+                                      *hwstate.CABLING_FAULTS],
                      help="the fault (day two: xid, retired_page_pending, rail_rate, pcie_width are flags; "
-                          "adaptive_routing, vf_reset, dstate change volatile state once)")
+                          "adaptive_routing, vf_reset, dstate change volatile state once; cable_swap <pci> <pci>, "
+                          "foreign_leaf <pci> <switch> [port], lldp_off - change the cabling)")
     flt.add_argument("address", help="the NIC function's or GPU's PCI address; dstate: the stuck command")
     flt.add_argument("params", nargs="*",
                      help="not_sticky: the NV config parameters that do not stick; xid: Xid numbers (48, 63, 79, "
                           "94); rail_rate: Gb/s; pcie_width: lanes; adaptive_routing: 0 or 1 (default: flip); "
                           "dstate: seconds in D state (default 600)")
     flt.add_argument("--clear", action="store_true", help="clear the flag instead of setting it")
+    cable = cmds.add_parser("cable", help="re-cable a host's rails: --unit su2 (rail k to su2-leaf<k>), --leaf tor1 "
+                                          "(every rail to one switch), or --link <pci> <switch> <port>")
+    cable.add_argument("host", help="the simulated host")
+    how = cable.add_mutually_exclusive_group(required=True)
+    how.add_argument("--unit", help="rail-optimized scalable unit: rail k to <unit>-leaf<k>")
+    how.add_argument("--leaf", help="top of rack: every rail to this switch")
+    how.add_argument("--link", nargs=3, metavar=("PCI", "SWITCH", "PORT"), help="one NIC function's cable")
     inv = cmds.add_parser("inventory", help="write an Ansible inventory of the running hosts")
     inv.add_argument("--output", "-o", type=Path, default=Path("inventories/sim/hosts.yml"),
                      help="inventory file to write (default: inventories/sim/hosts.yml)")
@@ -227,6 +236,8 @@ def _run_sim(args: argparse.Namespace) -> int:
         fleet.reboot(args.host)
     elif cmd == "fault":
         fleet.fault(args.host, args.kind, args.address, params=args.params, clear=args.clear)
+    elif cmd == "cable":
+        fleet.cable(args.host, unit=args.unit, leaf=args.leaf, link=tuple(args.link) if args.link else None)
     elif cmd == "inventory":
         fleet.inventory(args.output, args.hosts)
     elif cmd == "repo" and args.repo_cmd == "build":

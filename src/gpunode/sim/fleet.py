@@ -275,6 +275,19 @@ def fault(name: str, kind: str, address: str, *, params: list[str] | None = None
     return faults
 
 
+def cable(name: str, *, unit: str | None = None, leaf: str | None = None,
+          link: tuple[str, str, str] | None = None, log=print) -> dict:
+    """Re-cable a running simulated host's rails (README.md §7); return its cabling."""
+    (host,) = _known([name])
+    try:
+        cabling = hwstate.set_cabling(Path(host["state_dir"]), unit=unit, leaf=leaf, link=link)
+    except hwstate.HwStateError as exc:
+        raise FleetError(f"{name}: {exc}") from exc
+    switches = sorted({link["switch"] for link in cabling["links"].values()})
+    log(f"{name}: {len(cabling['links'])} rail(s) cabled to {', '.join(switches)}")
+    return cabling
+
+
 def _ssh_vars(host: dict) -> dict:
     """One simulated host's connection variables: its loopback port, the fleet's key and known_hosts.
     ``HostKeyAlias`` makes SSH check the key under the host's name (what an operator's known_hosts,

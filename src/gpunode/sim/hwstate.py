@@ -21,7 +21,7 @@ import yaml
 from gpunode.sim.profile import iter_devices, rate_for
 from gpunode.sim.sysfs import materialize
 from gpunode.sim.tools import nvconfig
-from gpunode.sim.tools.state import HostState, normalize_bdf
+from gpunode.sim.tools.state import HostState, default_links, normalize_bdf
 
 FAULT_KINDS = ("mlxconfig_reject", "not_sticky", "link_down")
 # Day-two hardware faults (README.md §5), kept in hw.json like the others but only when set, so a
@@ -29,6 +29,8 @@ FAULT_KINDS = ("mlxconfig_reject", "not_sticky", "link_down")
 HEALTH_FAULTS = ("xid", "retired_page_pending", "rail_rate", "pcie_width")
 # Drift and process faults: one-off changes of volatile state (run/, sys/), undone by a reboot.
 RUNTIME_FAULTS = ("adaptive_routing", "vf_reset", "dstate")
+# Cabling faults (README §7): a change of the wire, kept in cabling.json across reboots.
+CABLING_FAULTS = ("cable_swap", "foreign_leaf", "lldp_off")
 # Xid numbers the simulated kernel log can print, with the real line text (tools/dmesg.py).
 SIM_XIDS = (48, 63, 79, 94)
 
@@ -199,6 +201,9 @@ def set_fault(hdir: Path, kind: str, address: str, *, params: list[str] | None =
     """
     if kind in RUNTIME_FAULTS:
         return runtime_fault(hdir, kind, address, params=params, clear=clear)
+    if kind in CABLING_FAULTS:
+        cabling_fault(hdir, kind, address, params=params, clear=clear)
+        return HostState(hdir).hw().get("faults") or {}
     if kind not in FAULT_KINDS + HEALTH_FAULTS:
         raise HwStateError(f"unknown fault {kind!r} (known: {', '.join(FAULT_KINDS + HEALTH_FAULTS + RUNTIME_FAULTS)})")
     state = HostState(hdir)
@@ -276,6 +281,65 @@ def _set_rate(state: HostState, rec: dict[str, Any], gbps: int) -> None:
     for path, value in values.items():
         if path.exists():
             path.write_text(f"{value}\n")
+
+
+def set_cabling(hdir: Path, *, unit: str | None = None, leaf: str | None = None,
+                link: tuple[str, str, str] | None = None) -> dict[str, Any]:
+    """Re-cable a host (README §7); return its cabling.
+
+    ``unit``: rail k to ``<unit>-leaf<k>`` on port ``swp<host index + 1>`` (a rail-optimized scalable unit);
+    ``leaf``: every rail to that one switch (top of rack), rail k on port ``swp<8 * host index + k + 1>``;
+    ``link``: one NIC function ``(pci, switch, port)``."""
+    state = HostState(hdir)
+    nics = {r["address"]: r for r in state.nics()}
+    with state.locked():
+        cabling = state.cabling()
+        links = dict(cabling.get("links") or {})
+        if unit:
+            links = default_links(list(nics.values()), state.host_index(), unit)
+        if leaf:
+            links = {}
+            for nic in nics.values():
+                rail = (nic.get("expect") or {}).get("rail")
+                if rail is not None:
+                    links[nic["address"]] = {"switch": leaf, "port": f"swp{8 * state.host_index() + rail + 1}"}
+        if link:
+            bdf = _nic_address(link[0], set(nics), "cable")
+            links[bdf] = {"switch": link[1], "port": link[2]}
+        cabling = {**cabling, "links": links}
+        state.write_json("cabling.json", cabling)
+    return cabling
+
+
+def cabling_fault(hdir: Path, kind: str, address: str, *, params: list[str] | None = None,
+                  clear: bool = False) -> dict[str, Any]:
+    """A cabling fault (README §7): ``cable_swap <pci> <pci>`` swaps two rails' cables (again to undo);
+    ``foreign_leaf <pci> <switch> [port]`` moves a rail's cable to another switch; ``lldp_off -`` stops the
+    switches' LLDP (``--clear`` turns it on). Returns the host's cabling."""
+    state = HostState(hdir)
+    nics = {r["address"] for r in state.nics()}
+    params = list(params or [])
+    with state.locked():
+        cabling = state.cabling()
+        links = dict(cabling.get("links") or {})
+        if kind == "lldp_off":
+            cabling["lldp"] = bool(clear)
+        elif kind == "cable_swap":
+            if len(params) != 1:
+                raise HwStateError("cable_swap needs the second NIC: cable_swap <pci> <pci>")
+            a, b = _nic_address(address, nics, kind), _nic_address(params[0], nics, kind)
+            if a not in links or b not in links:
+                raise HwStateError(f"cable_swap: {a if a not in links else b} is not cabled to a switch")
+            links[a], links[b] = links[b], links[a]
+        else:
+            if not params:
+                raise HwStateError("foreign_leaf needs the switch: foreign_leaf <pci> <switch> [port]")
+            bdf = _nic_address(address, nics, kind)
+            links[bdf] = {"switch": params[0], "port": params[1] if len(params) > 1 else
+                          (links.get(bdf) or {}).get("port", "swp64")}
+        cabling["links"] = links
+        state.write_json("cabling.json", cabling)
+    return cabling
 
 
 def runtime_fault(hdir: Path, kind: str, address: str, *, params: list[str] | None = None,

@@ -69,6 +69,16 @@ def normalize_bdf(text: str) -> str | None:
     return f"{domain}:{match.group('bus').lower()}:{match.group('dev').lower()}.{match.group('fn')}"
 
 
+def default_links(nics: list[dict], host_index: int, unit: str) -> dict:
+    """Rail k of a host to leaf k of scalable unit ``unit`` (``<unit>-leaf<k>``), on port ``swp<host index + 1>``."""
+    links = {}
+    for nic in nics:
+        rail = (nic.get("expect") or {}).get("rail")
+        if rail is not None:
+            links[nic["address"]] = {"switch": f"{unit}-leaf{rail}", "port": f"swp{host_index + 1}"}
+    return links
+
+
 class HostState:
     """One simulated host's state directory."""
 
@@ -122,6 +132,23 @@ class HostState:
                 raise StateError(f"{self.root}: no devices.json")
             self._devices = data
         return self._devices
+
+    # -- cabling (README §7) -----------------------------------------------------------------
+
+    def host_index(self) -> int:
+        try:
+            return int((self.root / "host_index").read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def cabling(self) -> dict:
+        """``{"links": {<nic pci>: {"switch", "port"}}, "lldp": bool}``: ``cabling.json``, else the default wiring of a
+        rail-optimized scalable unit ``su1``: rail k (the profile's ``expect.rail``) to ``su1-leaf<k>``, port
+        ``swp<host index + 1>``. Other ports are not cabled to a switch that speaks LLDP."""
+        data = self.read_json("cabling.json")
+        if data is not None:
+            return data
+        return {"links": default_links(self.nics(), self.host_index(), "su1"), "lldp": True}
 
     def nics(self) -> list[dict]:
         """NIC PF records in PCI address order."""
