@@ -102,6 +102,13 @@ options:
     description: Read the NV config (C(mlxconfig -e q)) of every NIC whose role is not C(ignored).
     type: bool
     default: true
+  neighbours:
+    description:
+      - Read the switch port at the far end of every compute rail, once for the host - C(lldpctl -f keyvalue) (lldpd)
+        for Ethernet rails, C(ibnetdiscover) for InfiniBand rails (matched by the HCA's C(node_desc)) - into
+        RV(host_state.neighbours). A missing tool or one that fails is reported there, not as an error.
+    type: bool
+    default: true
   roce_accl_roles:
     description: NIC roles whose ROCE_ACCL register is read.
     type: list
@@ -226,6 +233,15 @@ host_state:
       description: C({loaded, driver_version, persistence_mode, fabric_state, error, gpu_count}) from C(nvidia-smi -q);
         C(gpu_count) is the number of GPUs nvidia-smi lists (0 when it cannot run).
       type: dict
+    neighbours:
+      description:
+        - C(rails) maps each compute rail's PCI address to the switch port at its far end, C({switch, switch_id,
+          port, via}) (C(via) C(lldp) or C(ibnetdiscover)); a rail nobody answered for is not in it.
+        - C(sources) maps C(lldp)/C(ibnetdiscover) (when the host has rails of that kind) to C(ok), C(missing) (the
+          tool is not installed) or the tool's error.
+      type: dict
+      sample: {rails: {"0000:1a:00.0": {switch: su1-leaf0, switch_id: "b8:ce:f6:12:34:56", port: swp7, via: lldp}},
+               sources: {lldp: ok}}
     tools:
       description: Tool -> the path found, or null when it is not installed (its part of the state is empty).
       type: dict
@@ -248,6 +264,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import management as mgmt
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import neighbors as nb
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
     ARGUMENT_SPEC,
@@ -264,7 +281,17 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
-TOOLS = ("dpkg-query", "apt-cache", "systemctl", "mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "nvidia-smi")
+TOOLS = ("dpkg-query", "apt-cache", "systemctl", "mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "nvidia-smi",
+         "lldpctl", "ibnetdiscover")
+
+
+def _read(path):
+    """A small sysfs file's text, stripped; None when it is missing."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
 
 
 class Reader:
@@ -379,6 +406,51 @@ class Reader:
             out[nic["netdev"]] = state
         return out
 
+    def neighbours(self, sysfs_root, rails):
+        """The switch port at the far end of each rail: LLDP (``lldpctl -f keyvalue``, once) for Ethernet rails,
+        ``ibnetdiscover`` (once) for InfiniBand rails. ``{"rails": {pci: {switch, switch_id, port, via}},
+        "sources": {"lldp"|"ibnetdiscover": "ok"|"missing"|<error>}}``; a rail nobody answers for is not in it."""
+        out, sources = {}, {}
+        ethernet = [r for r in rails if r.get("link_layer") != "InfiniBand" and r.get("netdev")]
+        infiniband = [r for r in rails if r.get("link_layer") == "InfiniBand" and r.get("rdma_device")]
+        if ethernet:
+            binary = self.tools["lldpctl"]
+            sources["lldp"] = "missing" if not binary else "ok"
+            if binary:
+                rc, text, err = self.run([binary, "-f", "keyvalue"], check=False)
+                if rc != 0:
+                    sources["lldp"] = (err or text).strip()[:300] or f"lldpctl exited {rc}"
+                else:
+                    try:
+                        heard = nb.parse_lldpctl_keyvalue(text)
+                    except ParseError as exc:
+                        self.fail_parse("the LLDP neighbours", exc, text)
+                    for rail in ethernet:
+                        found = (heard.get(rail["netdev"]) or [None])[0]
+                        if found and found.get("switch"):
+                            out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_id"],
+                                                        "port": found["port"], "via": "lldp"}
+        if infiniband:
+            binary = self.tools["ibnetdiscover"]
+            sources["ibnetdiscover"] = "missing" if not binary else "ok"
+            if binary:
+                rc, text, err = self.run([binary], check=False)
+                if rc != 0:
+                    sources["ibnetdiscover"] = (err or text).strip()[:300] or f"ibnetdiscover exited {rc}"
+                else:
+                    try:
+                        peers = nb.ib_neighbours(nb.parse_ibnetdiscover(text))
+                    except ParseError as exc:
+                        self.fail_parse("the InfiniBand fabric", exc, text)
+                    for rail in infiniband:
+                        desc = _read(os.path.join(sysfs_root, "class", "infiniband", rail["rdma_device"], "node_desc"))
+                        key = tuple(desc.rsplit(" ", 1)) if desc and " " in desc else None
+                        found = peers.get(key) if key else None
+                        if found:
+                            out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_guid"],
+                                                        "port": found["port"], "via": "ibnetdiscover"}
+        return {"rails": out, "sources": sources}
+
     def gpu_driver(self):
         empty = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None, "error": None,
                  "gpu_count": 0}
@@ -408,6 +480,7 @@ def main():
             "extra_files": {"type": "list", "elements": "str", "default": []},
             "contents": {"type": "list", "elements": "path", "default": []},
             "nv_config": {"type": "bool", "default": True},
+            "neighbours": {"type": "bool", "default": True},
             "roce_accl_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "qos_roles": {"type": "list", "elements": "str", "default": ["compute"]},
             "root": {"type": "path", "default": "/"},
@@ -478,6 +551,8 @@ def main():
                 for n in nics if n.get("sriov_totalvfs") is not None},
         "qos": reader.qos(sysfs_root, qos_nics),
         "gpu_driver": reader.gpu_driver(),
+        "neighbours": reader.neighbours(sysfs_root, [n for n in nics if n["role"] == "compute"])
+        if params["neighbours"] else {"rails": {}, "sources": {}},
         "tools": reader.tools,
         "capacity": hs.read_capacity(params["root"]),
         "management": management,

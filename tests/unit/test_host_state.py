@@ -112,12 +112,14 @@ def test_kernel_modules_loaded_and_versions(tmp_path):
 
 # -- the module: one read on a simulated host ---------------------------------------------------------
 
-SIM_TOOLS = {"mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos"}
+SIM_TOOLS = {"mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "lldpctl"}
 
 
 @pytest.fixture
 def sim(tmp_path, monkeypatch):
     host = simhost.make_host(tmp_path / "hgx", "hgx-h100")
+    (tmp_path / "lldpd").write_text("")
+    monkeypatch.setenv("GPUNODE_SIM_LLDPD", str(tmp_path / "lldpd"))  # Debian's lldpd "installed"
     calls = []
 
     def run_command(self, argv, **kwargs):
@@ -140,7 +142,7 @@ def sim(tmp_path, monkeypatch):
         raise AssertionError(f"unexpected command {argv}")
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
-        return None if name in ("nvidia-smi", "mstconfig") else f"/usr/bin/{name}"
+        return None if name in ("nvidia-smi", "mstconfig", "ibnetdiscover") else f"/usr/bin/{name}"
 
     patch_exits(monkeypatch)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
@@ -185,9 +187,15 @@ def test_one_read_returns_every_part(sim):
     assert state["gpu_driver"] == {"loaded": False, "driver_version": None, "persistence_mode": None,
                                    "fabric_state": None, "error": None, "gpu_count": 0}
     assert state["tools"]["nvidia-smi"] is None
-    # One dpkg-query, one madison and one systemctl show per read, whatever the NIC count.
+    # The switch port at the far end of every rail, from one lldpctl (the simulator's default wiring).
+    assert state["neighbours"]["sources"] == {"lldp": "ok"}
+    assert state["neighbours"]["rails"][rails[3]] == {"switch": "su1-leaf3", "switch_id": state["neighbours"][
+        "rails"][rails[3]]["switch_id"], "port": "swp1", "via": "lldp"}
+    assert sorted(state["neighbours"]["rails"]) == sorted(rails)
+    # One dpkg-query, one madison, one systemctl show and one lldpctl per read, whatever the NIC count.
     tools = [c[0] for c in sim["calls"]]
-    assert (tools.count("dpkg-query"), tools.count("apt-cache"), tools.count("systemctl")) == (1, 1, 1)
+    assert (tools.count("dpkg-query"), tools.count("apt-cache"), tools.count("systemctl"),
+            tools.count("lldpctl")) == (1, 1, 1, 1)
 
 
 def test_read_sees_a_pending_nv_config_and_a_vf_change(sim):
@@ -211,6 +219,16 @@ def test_missing_vendor_tools_leave_their_parts_empty(sim, monkeypatch):
     assert state["apt_candidates"] == {}
     assert state["tools"]["mlxconfig"] is None
     assert state["hardware"]["rails"]
+    # Without lldpd no neighbour is known, and the read says why.
+    assert state["neighbours"] == {"rails": {}, "sources": {"lldp": "missing"}}
+
+
+def test_lldp_off_leaves_the_rails_without_neighbours(sim):
+    from gpunode.sim import hwstate
+
+    hwstate.set_fault(sim["host"], "lldp_off", "-")
+    assert read(sim)["host_state"]["neighbours"] == {"rails": {}, "sources": {"lldp": "ok"}}
+    assert read(sim, neighbours=False)["host_state"]["neighbours"] == {"rails": {}, "sources": {}}
 
 
 def test_unreadable_package_database_fails_naming_it(sim, monkeypatch):

@@ -10,6 +10,7 @@ from simhost import run_tool
 
 from gpunode.sim import hwstate
 from gpunode.sim.profile import load_profile
+from gpunode.sim.tools.state import HostState
 
 
 @pytest.fixture
@@ -26,15 +27,14 @@ def fleet(tmp_path, monkeypatch):
 
 def _rails(hdir):
     """rail -> {rail, netdev, pci_address} from the profile's expectations and the simulated sysfs."""
-    from gpunode.sim.tools.state import HostState
-
     state = HostState(hdir)
     out = []
     for nic in state.nics():
         rail = (nic.get("expect") or {}).get("rail")
         if rail is not None:
             net = state.sys / "bus" / "pci" / "devices" / nic["address"] / "net"
-            out.append({"rail": rail, "pci_address": nic["address"], "netdev": sorted(p.name for p in net.iterdir())[0]})
+            netdev = sorted(p.name for p in net.iterdir())[0]
+            out.append({"rail": rail, "pci_address": nic["address"], "netdev": netdev})
     return sorted(out, key=lambda r: r["rail"])
 
 

@@ -112,3 +112,48 @@ def test_the_topology_object_and_labels_validate_against_kueues_crd():
     jsonschema.validate(obj["spec"], version["schema"]["openAPIV3Schema"]["properties"]["spec"])
     assert [lvl["nodeLabel"] for lvl in obj["spec"]["levels"]][-1] == "kubernetes.io/hostname"
     assert topology.label_value("MF0;CNTSN-POD229-QM97-IB-02:MQM9700/U1") == "MF0-CNTSN-POD229-QM97-IB-02-MQM9700-U1"
+
+
+def _action(hosts_vars, **args):
+    from ansible_collections.mlplatform.gpunode.plugins.action import topology as action
+    from module_harness import PublishedHostVars, action_plugin
+
+    plugin = action_plugin(action, args)
+    return plugin.run(task_vars={"hostvars": PublishedHostVars(hosts_vars), "ansible_play_hosts": sorted(hosts_vars)})
+
+
+def _published(fleet):
+    """Each host's facts as discovery publishes them: gpunode_hw rails and the read's neighbours."""
+    out = {}
+    for host, data in fleet.items():
+        rails = [{k: r.get(k) for k in ("rail", "netdev", "pci_address")} for r in data["rails"]]
+        for n, rail in enumerate(rails):
+            rail["pci_address"] = rail["pci_address"] or f"0000:{n:02x}:00.0"
+        neighbours = {rail["pci_address"]: {**r["neighbour"], "via": "lldp"}
+                      for rail, r in zip(rails, data["rails"], strict=True) if r["neighbour"]}
+        out[host] = {"gpunode_hw": {"rails": rails}, "gpunode_fabric": data["fabric"],
+                     "gpunode_topology_block": data["block"],
+                     "gpunode_host_state": {"neighbours": {"rails": neighbours, "sources": {"lldp": "ok"}}}}
+    return out
+
+
+def test_the_action_reads_the_published_facts_and_names_the_miscabled_host():
+    fleet = rail_optimized_fleet(blocks=1, hosts=4)
+    rails = fleet["b0-gpu02"]["rails"]
+    rails[0]["neighbour"], rails[3]["neighbour"] = rails[3]["neighbour"], rails[0]["neighbour"]
+    out = _action(_published(fleet), rail_optimized=["east"])
+    assert sorted(out["by_host"]) == ["b0-gpu02"] and len(out["by_host"]["b0-gpu02"]) == 2
+    assert out["by_host"]["b0-gpu02"][0].startswith("b0-gpu02 rail 0 (enp0s0np0): expected leaf-b0-r0 port swp3")
+    assert out["labels"]["b0-gpu01"] == {KEYS["block"]: "block-0", KEYS["rack"]: "leaf-b0-r0"}
+    assert out["tree"] == {"block-0": {"leaf-b0-r0": ["b0-gpu00", "b0-gpu01", "b0-gpu02", "b0-gpu03"]}}
+
+
+def test_the_action_refuses_an_unknown_fabric_and_a_host_without_discovery():
+    from ansible.errors import AnsibleActionFail
+
+    published = _published(rail_optimized_fleet(blocks=1, hosts=2))
+    with pytest.raises(AnsibleActionFail, match="rail_optimized names fabric\\(s\\) no host of the play is in: west"):
+        _action(published, rail_optimized=["west"])
+    del published["b0-gpu01"]["gpunode_hw"]
+    with pytest.raises(AnsibleActionFail, match="b0-gpu01: no discovery result"):
+        _action(published)
