@@ -55,7 +55,7 @@ class _HostView:
 
 def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_discovery=False):
     """The ``cluster_objects`` input of every host in one pass over ``hostvars``: ``{host: {hw,
-    node_name, fabric, transport, cpu, memory_mib, sriov_rails, adaptive_routing}}``."""
+    node_name, fabric, transport, cpu, memory_mib, sriov_rails, adaptive_routing, topology_labels}}``."""
     out = {}
     vfs = int(vfs_per_rail)
     fleet = FleetVars(hostvars)
@@ -76,6 +76,8 @@ def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_dis
             "cpu": ansible_facts.get("processor_vcpus") or capacity.get("cpu") or 0,
             "memory_mib": ansible_facts.get("memtotal_mb") or capacity.get("memory_mib") or 0,
             "sriov_rails": sriov, "adaptive_routing": k8s_objects.adaptive_routing_mode(contract),
+            # The topology action's labels for this host (site.yml's Contract play), when it ran.
+            "topology_labels": ((facts.get("gpunode_topology") or {}).get("labels") or {}).get(host) or {},
         }
     return out
 

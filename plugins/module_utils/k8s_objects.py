@@ -230,7 +230,9 @@ def build(hosts: dict, settings: dict) -> dict:
         ``local_queue_name``, ``tenants`` (list of ``{namespace, fabric?}``), ``flavor_taints``,
         ``cpu_reserved``, ``memory_reserved_mib`` (per node), ``device_plugin_namespace``,
         ``device_plugin_configmap``, ``network_namespace``, ``rail_cidr`` (split into a /24 per rail),
-        ``resource_prefix``.
+        ``resource_prefix``; ``topology`` (optional): ``{name, keys: {block, rack}}`` when the hosts carry
+        ``topology_labels`` (the topology action's labels): they join the Node labels, a Kueue ``Topology`` of
+        that name (levels block, rack, ``kubernetes.io/hostname``) is made and every ResourceFlavor names it.
     :returns: ``node_labels`` ({node: labels}), ``node_objects`` (Node patches carrying those labels),
         ``manifests`` (``{file, object}`` for every object but Nodes, in apply order),
         ``resource_flavors``, ``cluster_queues``, ``namespaces``,
@@ -241,11 +243,17 @@ def build(hosts: dict, settings: dict) -> dict:
     taints = [dict(t) for t in settings.get("flavor_taints") or []]
     for name in sorted(hosts):
         _check_host(name, hosts[name])
+    topology = settings.get("topology") or None
+    topology_name = topology.get("name") if topology else None
+    if topology and not (isinstance(topology_name, str) and len(topology_name) <= 253 and _PREFIX.match(topology_name)):
+        raise K8sObjectsError(f"cluster_objects_topology_name {topology.get('name')!r} is not a DNS subdomain name")
     node_labels, flavors, members = {}, {}, {}
     for name in sorted(hosts):
         host = hosts[name]
         hw = host["hw"]
         labels = admin_labels(hw, domain, trusted, host["fabric"], host.get("adaptive_routing") or "unknown")
+        if topology:
+            labels.update(host.get("topology_labels") or {})
         errors = label_syntax_errors(labels)
         if errors:
             raise K8sObjectsError(f"host {name}: " + "; ".join(errors))
@@ -263,6 +271,8 @@ def build(hosts: dict, settings: dict) -> dict:
                                      "effect": t["effect"]} for t in taints]} if taints else {}),
             },
         }
+        if topology:
+            flavors[flavor]["spec"]["topologyName"] = topology["name"]
         members.setdefault(host["fabric"], {}).setdefault(flavor, []).append(name)
 
     max_rails = max(len(rails_of(h["hw"])) for h in hosts.values()) if hosts else 0
@@ -351,7 +361,14 @@ def build(hosts: dict, settings: dict) -> dict:
         })
     node_objects = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}
                     for n, labels in sorted(node_labels.items())]
-    ordered = [*namespaces, *[flavors[k] for k in sorted(flavors)], *[queues[k] for k in sorted(queues)],
+    topologies = []
+    if topology:
+        keys = topology.get("keys") or {}
+        levels = [{"nodeLabel": keys[n]} for n in ("block", "rack") if keys.get(n)]
+        topologies = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+                       "metadata": {"name": topology["name"], "labels": dict(MANAGED_BY)},
+                       "spec": {"levels": [*levels, {"nodeLabel": "kubernetes.io/hostname"}]}}]
+    ordered = [*namespaces, *topologies, *[flavors[k] for k in sorted(flavors)], *[queues[k] for k in sorted(queues)],
                *local_queues, configmap, *nads]
     manifests = [{"file": "-".join((o["kind"].lower(), o["metadata"].get("namespace", "cluster"),
                                     o["metadata"]["name"])) + ".yaml", "object": o} for o in ordered]
@@ -359,7 +376,7 @@ def build(hosts: dict, settings: dict) -> dict:
             "resource_flavors": [flavors[k] for k in sorted(flavors)],
             "cluster_queues": [queues[k] for k in sorted(queues)], "namespaces": namespaces,
             "local_queues": local_queues, "device_plugin_configmap": configmap,
-            "network_attachment_definitions": nads}
+            "network_attachment_definitions": nads, "topologies": topologies}
 
 
 def join_configuration(node_name: str, labels: dict, taints: list, domain: str, discovery: dict,

@@ -151,3 +151,21 @@ def test_a_missing_crd_fails_before_anything_is_applied_naming_it(tmp_path, flee
         objs = objects(srv)
         assert not [k for k in objs if k[0] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")]
         assert all(not o["metadata"].get("labels") for k, o in objs.items() if k[0] == "Node")
+
+
+def test_topology_labels_the_topology_and_the_flavors_topology_name(tmp_path, cluster, fleet_hw):
+    """site.yml's Contract play registered the topology (gpunode_topology): the Nodes get its labels, Kueue's
+    Topology exists (validated by the emulator against Kueue's CRD) and both flavors name it; a re-run changes
+    nothing."""
+    keys = {"block": "gpunode.mlplatform.io/topology-block", "rack": "gpunode.mlplatform.io/topology-rack"}
+    topology = {"label_keys": keys, "labels": {"dgx01": {keys["block"]: "east", keys["rack"]: "su1-leaf0"},
+                                               "hgx01": {keys["block"]: "east", keys["rack"]: "su2-leaf0"}}}
+    proc = play(tmp_path, cluster, fleet_hw, "-e", json.dumps({"gpunode_topology": topology}))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    objs = objects(cluster)
+    assert objs[("Topology", None, "gpu-fabric")]["spec"]["levels"] == [
+        {"nodeLabel": keys["block"]}, {"nodeLabel": keys["rack"]}, {"nodeLabel": "kubernetes.io/hostname"}]
+    assert {o["spec"]["topologyName"] for k, o in objs.items() if k[0] == "ResourceFlavor"} == {"gpu-fabric"}
+    assert objs[("Node", None, "hgx01")]["metadata"]["labels"][keys["rack"]] == "su2-leaf0"
+    again = play(tmp_path, cluster, fleet_hw, "-e", json.dumps({"gpunode_topology": topology}))
+    assert again.returncode == 0 and changed(again) == 0, again.stdout[-3000:]

@@ -271,3 +271,27 @@ def test_apply_plan_keeps_only_what_the_cluster_does_not_hold():
     assert apply_plan([flag], [{"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"on": 1}}]) == [flag]
     with pytest.raises(K8sObjectsError, match="without kind or metadata.name"):
         apply_plan([{"kind": "Node"}], live)
+
+
+def test_topology_labels_a_kueue_topology_and_topology_name_on_the_flavors(fleet_hw):
+    keys = {"block": "gpunode.mlplatform.io/topology-block", "rack": "gpunode.mlplatform.io/topology-rack"}
+    hosts = fleet(fleet_hw)
+    for name, rack in (("dgx01", "su1-leaf0"), ("dgx02", "su1-leaf0"), ("hgx01", "su2-leaf0")):
+        hosts[name]["topology_labels"] = {keys["block"]: "east", keys["rack"]: rack}
+    out = k8s_objects.build(hosts, {**SETTINGS, "topology": {"name": "gpu-fabric", "keys": keys}})
+    (topo,) = out["topologies"]
+    assert topo["spec"]["levels"] == [{"nodeLabel": keys["block"]}, {"nodeLabel": keys["rack"]},
+                                      {"nodeLabel": "kubernetes.io/hostname"}]
+    assert {f["spec"]["topologyName"] for f in out["resource_flavors"]} == {"gpu-fabric"}
+    assert out["node_labels"]["hgx01"][keys["rack"]] == "su2-leaf0"
+    # Created before the flavors that name it; both valid against Kueue's CRDs.
+    kinds = [m["object"]["kind"] for m in out["manifests"]]
+    assert kinds.index("Topology") < kinds.index("ResourceFlavor")
+    jsonschema.validate(topo, kueue_schema("topologies"))
+    for flavor in out["resource_flavors"]:
+        jsonschema.validate(flavor, kueue_schema("resourceflavors"))
+    # Without a topology nothing changes.
+    plain = k8s_objects.build(fleet(fleet_hw), SETTINGS)
+    assert plain["topologies"] == [] and all("topologyName" not in f["spec"] for f in plain["resource_flavors"])
+    with pytest.raises(k8s_objects.K8sObjectsError, match="cluster_objects_topology_name 'Bad_Name'"):
+        k8s_objects.build(hosts, {**SETTINGS, "topology": {"name": "Bad_Name", "keys": keys}})
