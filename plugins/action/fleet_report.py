@@ -120,7 +120,7 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("input", "output", "host_files", "from_facts", "hosts", "sources", "fabric_var",
-                             "result_facts", "host_files_var", "kueue", "run", "history"))
+                             "result_facts", "host_files_var", "kueue", "run", "history", "topology"))
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -156,7 +156,11 @@ class ActionModule(ActionBase):
         copied = write_planned(planned)
         try:
             fleet_written = write_fleet_json(source, inputs)[1] if inputs is not None else False
-            written = write_report(source, output, inputs, history=args.get("history") or None)
+            topology = args.get("topology") or None
+            if topology is not None and not isinstance(topology, dict):
+                raise AnsibleActionFail("fleet_report: topology must be the topology action's result")
+            written = write_report(source, output, inputs, history=args.get("history") or None,
+                                   topology=topology if topology and not topology.get("skipped") else None)
         except ReportInputError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from None
         if fleet_written:

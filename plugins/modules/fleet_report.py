@@ -108,6 +108,12 @@ options:
   run:
     description: With O(from_facts), the run the results are from, C({id, time}), shown at the top.
     type: dict
+  topology:
+    description:
+      - The registered result of M(mlplatform.gpunode.topology) (a skipped one adds nothing). The report gets a
+        topology section, block to rack to hosts, with each miscabled rail marked under its host (the switch ports
+        expected and found) and the rails without a neighbour listed.
+    type: dict
   history:
     description:
       - The day-two database on the controller (SQLite, as M(mlplatform.gpunode.bandwidth_history) and

@@ -810,6 +810,13 @@ def _day_two():
     return day_two_report
 
 
+def _topology():
+    """The topology section's code (plugin_utils/topology_report.py), imported only for a report with a topology."""
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import topology_report  # noqa: PLC0415 - optional
+
+    return topology_report
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -834,6 +841,8 @@ def _environment() -> jinja2.Environment:
     # the day-two section, escaped where it is written (html.escape); none without a day-two database
     env.globals["day_two_html"] = lambda d: markupsafe.Markup(_day_two().html_section(d)) if d else ""  # noqa: S704 - escaped
     env.globals["day_two_md"] = lambda d: _day_two().md_section(d) if d else ""
+    env.globals["topology_html"] = lambda t: markupsafe.Markup(_topology().html_section(t)) if t else ""  # noqa: S704 - escaped
+    env.globals["topology_md"] = lambda t: _topology().md_section(t) if t else ""
     env.globals["md_host_rows"] = md_host_rows
     env.globals["md_bandwidth_rows"] = md_bandwidth_rows
     env.globals["md_rail_maps"] = md_rail_maps
@@ -843,7 +852,7 @@ def _environment() -> jinja2.Environment:
 def render(report: dict) -> dict[str, str]:
     """``{"report.html": text, "report.md": text}`` for a built report."""
     env = _environment()
-    report = {"day_two": None, **report}
+    report = {"day_two": None, "topology": None, **report}
     return {name: env.get_template(f"{name}.j2").render(**report) for name in ("report.html", "report.md")}
 
 
@@ -906,7 +915,7 @@ def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
 
 
 def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
-                 history: Path | None = None) -> dict[str, tuple[Path, bool]]:
+                 history: Path | None = None, topology: dict | None = None) -> dict[str, tuple[Path, bool]]:
     """Load ``input_dir`` (or take ``inputs``, as ``inputs_from_facts`` gives them), render, write ``report.html``,
     ``report.md`` and ``report.json`` (the built model; each host's cells only where they drift) into
     ``output_dir``, headed by the collection version and
@@ -917,6 +926,8 @@ def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
         inputs = load_inputs(Path(input_dir))
     report = build(inputs)
     report["day_two"] = _day_two().load(history) if history else None
+    # The topology action's result (tree, miscabled rails, warnings), when the run read the topology.
+    report["topology"] = {k: topology.get(k) for k in ("tree", "miscabled", "warnings")} if topology else None
     run = inputs.get("run") or {}
     report["meta"] = {**collection_info(), "run_id": run.get("id") or "unknown",
                       "generated": run.get("time") or "unknown"}

@@ -157,3 +157,21 @@ def test_the_action_refuses_an_unknown_fabric_and_a_host_without_discovery():
     del published["b0-gpu01"]["gpunode_hw"]
     with pytest.raises(AnsibleActionFail, match="b0-gpu01: no discovery result"):
         _action(published)
+
+
+def test_the_report_shows_the_tree_with_the_miscabled_rails_marked(tmp_path):
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import write_report
+
+    fleet = rail_optimized_fleet(blocks=2, hosts=2)
+    rails = fleet["b1-gpu01"]["rails"]
+    rails[1]["neighbour"], rails[2]["neighbour"] = rails[2]["neighbour"], rails[1]["neighbour"]
+    result = _action(_published(fleet), rail_optimized=["east"])
+    written = write_report(tmp_path / "in", tmp_path / "out", {"hosts": {}, "kueue": [], "run": {}},
+                           topology=result)
+    page = written["report.html"][0].read_text()
+    assert '<h2 id="topology">' in page and 'data-block="block-1"' in page and 'data-rack="leaf-b1-r0"' in page
+    assert page.count('class="miscabled-rail"') == 2 and 'class="host miscabled" data-host="b1-gpu01"' in page
+    md = written["report.md"][0].read_text()
+    assert "    - b1-gpu01 **miscabled**" in md and "      - b1-gpu01 rail 1 (enp1s0np0): expected leaf-b1-r1" in md
+    plain = write_report(tmp_path / "in", tmp_path / "plain", {"hosts": {}, "kueue": [], "run": {}})
+    assert 'id="topology"' not in plain["report.html"][0].read_text()
