@@ -57,6 +57,7 @@ DEFAULT_UNITS = [
     "nvidia-dcgm.service",
     "containerd.service",
     "kubelet.service",
+    "lldpd.service",
     "systemd-modules-load.service",
 ]
 DEFAULT_KERNEL_MODULES = [
