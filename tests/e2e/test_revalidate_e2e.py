@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -222,3 +223,46 @@ def test_only_idle_nodes_are_revalidated(fleet):
     assert "rv-dgx is left out of this revalidation: GPU pods default/train-gpu-0" in out.stdout
     assert "rv-hgx revalidated: healthy" in out.stdout
     assert "rv-dgx revalidated" not in out.stdout
+
+
+def _site(fleet, extra):
+    return sh("ansible-playbook", "-i", str(fleet["inventory"]), "playbooks/site.yml", "-e", f"@{fleet['vars']}",
+              "-e", json.dumps({"gpunode_reboot_ok": True, **extra}), env=fleet["env"], check=False)
+
+
+def test_topology_labels_the_nodes_and_a_swapped_cable_stops_the_run_at_the_contract(fleet):
+    """Issue 20 on the converged pair: lldpd installed by the lldp role, the hosts on two top-of-rack leaves; the
+    Nodes carry the topology labels, Kueue's Topology exists and both flavors name it. Then the pair in one
+    rail-optimized unit with two of the HGX's cables swapped: the run stops that host at the contract, naming both
+    rails, their netdevs and the switch ports expected and found."""
+    env = fleet["env"]
+    sh("gpunode", "sim", "cable", "rv-dgx", "--leaf", "tor-a", env=env)
+    sh("gpunode", "sim", "cable", "rv-hgx", "--leaf", "tor-b", env=env)
+    out = _site(fleet, {"gpunode_topology_lldp": True, "gpunode_topology_labels": True})
+    assert out.returncode == 0, out.stdout[-4000:]
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(fleet["kubeconfig"])))
+    racks = {n: core.read_node(n).metadata.labels.get("gpunode.mlplatform.io/topology-rack") for n in HOSTS}
+    assert racks == {"rv-dgx": "tor-a", "rv-hgx": "tor-b"}
+    custom = kubernetes.client.CustomObjectsApi(core.api_client)
+    topology = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "topologies", "gpu-fabric")
+    assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [
+        "gpunode.mlplatform.io/topology-block", "gpunode.mlplatform.io/topology-rack", "kubernetes.io/hostname"]
+    flavors = custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "resourceflavors")["items"]
+    assert flavors and {f["spec"].get("topologyName") for f in flavors} == {"gpu-fabric"}
+
+    sh("gpunode", "sim", "cable", "rv-dgx", "--unit", "su1", env=env)
+    sh("gpunode", "sim", "cable", "rv-hgx", "--unit", "su1", env=env)
+    rails = discovery("rv-hgx")["rails"]
+    sh("gpunode", "sim", "fault", "rv-hgx", "cable_swap", rails[1]["pci_address"], rails[4]["pci_address"], env=env)
+    stopped = _site(fleet, {"gpunode_topology_rail_optimized": ["default"]})
+    assert stopped.returncode != 0
+    hosts = recap(stopped.stdout)
+    assert "failed=1" in hosts["rv-hgx"] and "failed=0" in hosts["rv-dgx"], stopped.stdout[-3000:]
+    line = next(x for x in stopped.stdout.splitlines() if "rv-hgx is miscabled" in x)
+    assert re.search(rf"rv-hgx rail 1 \({rails[1]['netdev']}\): expected su1-leaf1 port (swp\d+), found su1-leaf4 "
+                     r"port \1 \(cables swapped with another rail", line), line
+    assert re.search(rf"rv-hgx rail 4 \({rails[4]['netdev']}\): expected su1-leaf4 port (swp\d+), found su1-leaf1 "
+                     r"port \1", line), line
+    # It failed at the contract, before join, and nowhere earlier.
+    before, contract = stopped.stdout.split("TASK [Stop a host with a miscabled rail before join")[:2]
+    assert "fatal: [rv-hgx]" not in before and "fatal: [rv-hgx]" in contract.split("TASK [")[0]
