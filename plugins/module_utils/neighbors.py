@@ -187,6 +187,34 @@ def parse_ibnetdiscover(text):
     return nodes
 
 
+def guid_key(guid):
+    """A GUID as a comparison key: lower-case hex without ``0x`` or colons (``b83f:d203:004d:0ff0`` in sysfs,
+    ``b83fd203004d0ff0`` in ibnetdiscover)."""
+    text = str(guid or "").strip().lower()
+    return (text[2:] if text.startswith("0x") else text).replace(":", "")
+
+
+def ib_neighbours_by_guid(nodes):
+    """``{node guid key: {switch, switch_guid, port, speed}}``: the switch port each CA (by its node GUID, as sysfs
+    ``node_guid`` gives it) reaches, from the switches' port lines and the CAs' own."""
+    out = {}
+    switches = {n["guid"]: n for n in nodes if n["type"] == "Switch"}
+    for node in nodes:
+        if node["type"] == "Switch":
+            for link in node["links"]:
+                if link["remote_type"] == "Ca":
+                    out.setdefault(guid_key(link["remote_guid"]), {"switch": node["desc"], "switch_guid": node["guid"],
+                                                                   "port": link["port"], "speed": link["speed"]})
+        elif node["type"] == "Ca":
+            for link in node["links"]:
+                if link["remote_type"] == "Switch":
+                    switch = switches.get(link["remote_guid"], {})
+                    out.setdefault(guid_key(node["guid"]), {"switch": switch.get("desc") or link["remote_desc"],
+                                                            "switch_guid": link["remote_guid"],
+                                                            "port": link["remote_port"], "speed": link["speed"]})
+    return out
+
+
 def ib_neighbours(nodes):
     """``{(host, device): {switch, switch_guid, port, speed}}``: the switch port each HCA port reaches, by the CA's
     node description ``<host> <device>`` (what ``ibnetdiscover`` prints for a CA; the kernel sets it from the

@@ -439,13 +439,18 @@ class Reader:
                     sources["ibnetdiscover"] = (err or text).strip()[:300] or f"ibnetdiscover exited {rc}"
                 else:
                     try:
-                        peers = nb.ib_neighbours(nb.parse_ibnetdiscover(text))
+                        nodes = nb.parse_ibnetdiscover(text)
                     except ParseError as exc:
                         self.fail_parse("the InfiniBand fabric", exc, text)
+                    by_guid, by_desc = nb.ib_neighbours_by_guid(nodes), nb.ib_neighbours(nodes)
                     for rail in infiniband:
-                        desc = _read(os.path.join(sysfs_root, "class", "infiniband", rail["rdma_device"], "node_desc"))
-                        key = tuple(desc.rsplit(" ", 1)) if desc and " " in desc else None
-                        found = peers.get(key) if key else None
+                        # The HCA by its node GUID; by its node description (`<host> <device>`, set by rdma-ndd)
+                        # where the GUID is not in the output.
+                        ib_dir = os.path.join(sysfs_root, "class", "infiniband", rail["rdma_device"])
+                        found = by_guid.get(nb.guid_key(_read(os.path.join(ib_dir, "node_guid"))))
+                        desc = _read(os.path.join(ib_dir, "node_desc"))
+                        if not found and desc and " " in desc:
+                            found = by_desc.get(tuple(desc.rsplit(" ", 1)))
                         if found:
                             out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_guid"],
                                                         "port": found["port"], "via": "ibnetdiscover"}

@@ -112,7 +112,7 @@ def test_kernel_modules_loaded_and_versions(tmp_path):
 
 # -- the module: one read on a simulated host ---------------------------------------------------------
 
-SIM_TOOLS = {"mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "lldpctl"}
+SIM_TOOLS = {"mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "lldpctl", "ibnetdiscover"}
 
 
 @pytest.fixture
@@ -338,3 +338,31 @@ def test_detect_management_collects_the_network_facts_in_the_same_read(sim, monk
     # Without the option: no facts, no management entry.
     plain = read(sim)
     assert plain["ansible_facts"] == {} and plain["host_state"]["management"] is None
+
+
+def test_infiniband_rails_get_their_switch_port_from_one_ibnetdiscover(tmp_path, monkeypatch):
+    """A DGX H100 whose rails are InfiniBand: one ibnetdiscover, each HCA matched by its node GUID."""
+    host = simhost.make_host(tmp_path / "dgx", "dgx-h100")
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        tool = argv[0].rsplit("/", 1)[-1]
+        calls.append(tool)
+        if tool in SIM_TOOLS:
+            res = simhost.run_tool(host, tool, *argv[1:])
+            return res.rc, res.out, res.err
+        return 0, "", ""
+
+    patch_exits(monkeypatch)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None:
+                        f"/usr/bin/{name}" if name in ("ibnetdiscover", "lldpctl") else None)
+    state = run_module(host_state.main, {"sysfs_root": str(host / "sys"), "root": str(tmp_path)})["host_state"]
+    rails = state["hardware"]["rails"]
+    ib = [r for r in rails if r.get("link_layer") == "InfiniBand"]
+    assert ib, "the DGX profile's rails come up as InfiniBand"
+    assert state["neighbours"]["sources"]["ibnetdiscover"] == "ok"
+    first = state["neighbours"]["rails"][ib[0]["pci_address"]]
+    assert first["switch"] == f"su1-leaf{ib[0]['rail']}" and first["via"] == "ibnetdiscover"
+    assert first["port"] == 1  # swp<host index + 1>, as a number on an InfiniBand switch
+    assert len(state["neighbours"]["rails"]) == len(ib) and calls.count("ibnetdiscover") == 1
