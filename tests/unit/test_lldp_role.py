@@ -32,7 +32,7 @@ def test_a_converged_host_is_not_touched(tmp_path):
     proc = _run(tmp_path, _state())
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "changed=0" in proc.stdout
-    for task in ("Install lldpd", "Start lldpd and enable it at boot", "Read the host again"):
+    for task in ("Install lldpd", "Start lldpd and enable it at boot", "Mark the host state stale"):
         block = proc.stdout.split(f"TASK [mlplatform.gpunode.lldp : {task}")[1].split("TASK [")[0]
         assert "skipping: [n1]" in block, block
 
