@@ -406,6 +406,24 @@ class Reader:
             out[nic["netdev"]] = state
         return out
 
+    def _neighbour_tool(self, sources, source, tool, args, what, parse):
+        """Run ``tool`` once and parse its output; record ``ok``, ``missing`` or its error in ``sources[source]``
+        (None returned then). Output in an unknown format fails the read, naming ``what``."""
+        binary = self.tools[tool]
+        if not binary:
+            sources[source] = "missing"
+            return None
+        rc, text, err = self.run([binary, *args], check=False)
+        if rc != 0:
+            sources[source] = (err or text).strip()[:300] or f"{tool} exited {rc}"
+            return None
+        try:
+            parsed = parse(text)
+        except ParseError as exc:
+            self.fail_parse(what, exc, text)
+        sources[source] = "ok"
+        return parsed
+
     def neighbours(self, sysfs_root, rails):
         """The switch port at the far end of each rail: LLDP (``lldpctl -f keyvalue``, once) for Ethernet rails,
         ``ibnetdiscover`` (once) for InfiniBand rails. ``{"rails": {pci: {switch, switch_id, port, via}},
@@ -414,46 +432,28 @@ class Reader:
         ethernet = [r for r in rails if r.get("link_layer") != "InfiniBand" and r.get("netdev")]
         infiniband = [r for r in rails if r.get("link_layer") == "InfiniBand" and r.get("rdma_device")]
         if ethernet:
-            binary = self.tools["lldpctl"]
-            sources["lldp"] = "missing" if not binary else "ok"
-            if binary:
-                rc, text, err = self.run([binary, "-f", "keyvalue"], check=False)
-                if rc != 0:
-                    sources["lldp"] = (err or text).strip()[:300] or f"lldpctl exited {rc}"
-                else:
-                    try:
-                        heard = nb.parse_lldpctl_keyvalue(text)
-                    except ParseError as exc:
-                        self.fail_parse("the LLDP neighbours", exc, text)
-                    for rail in ethernet:
-                        found = (heard.get(rail["netdev"]) or [None])[0]
-                        if found and found.get("switch"):
-                            out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_id"],
-                                                        "port": found["port"], "via": "lldp"}
+            heard = self._neighbour_tool(sources, "lldp", "lldpctl", ["-f", "keyvalue"], "the LLDP neighbours",
+                                         nb.parse_lldpctl_keyvalue)
+            for rail in ethernet if heard else []:
+                found = (heard.get(rail["netdev"]) or [None])[0]
+                if found and found.get("switch"):
+                    out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_id"],
+                                                "port": found["port"], "via": "lldp"}
         if infiniband:
-            binary = self.tools["ibnetdiscover"]
-            sources["ibnetdiscover"] = "missing" if not binary else "ok"
-            if binary:
-                rc, text, err = self.run([binary], check=False)
-                if rc != 0:
-                    sources["ibnetdiscover"] = (err or text).strip()[:300] or f"ibnetdiscover exited {rc}"
-                else:
-                    try:
-                        nodes = nb.parse_ibnetdiscover(text)
-                    except ParseError as exc:
-                        self.fail_parse("the InfiniBand fabric", exc, text)
-                    by_guid, by_desc = nb.ib_neighbours_by_guid(nodes), nb.ib_neighbours(nodes)
-                    for rail in infiniband:
-                        # The HCA by its node GUID; by its node description (`<host> <device>`, set by rdma-ndd)
-                        # where the GUID is not in the output.
-                        ib_dir = os.path.join(sysfs_root, "class", "infiniband", rail["rdma_device"])
-                        found = by_guid.get(nb.guid_key(_read(os.path.join(ib_dir, "node_guid"))))
-                        desc = _read(os.path.join(ib_dir, "node_desc"))
-                        if not found and desc and " " in desc:
-                            found = by_desc.get(tuple(desc.rsplit(" ", 1)))
-                        if found:
-                            out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_guid"],
-                                                        "port": found["port"], "via": "ibnetdiscover"}
+            nodes = self._neighbour_tool(sources, "ibnetdiscover", "ibnetdiscover", [], "the InfiniBand fabric",
+                                         nb.parse_ibnetdiscover)
+            by_guid, by_desc = (nb.ib_neighbours_by_guid(nodes), nb.ib_neighbours(nodes)) if nodes else ({}, {})
+            for rail in infiniband if nodes else []:
+                # The HCA by its node GUID; by its node description (`<host> <device>`, set by rdma-ndd) where the
+                # GUID is not in the output.
+                ib_dir = os.path.join(sysfs_root, "class", "infiniband", rail["rdma_device"])
+                found = by_guid.get(nb.guid_key(_read(os.path.join(ib_dir, "node_guid"))))
+                desc = _read(os.path.join(ib_dir, "node_desc"))
+                if not found and desc and " " in desc:
+                    found = by_desc.get(tuple(desc.rsplit(" ", 1)))
+                if found:
+                    out[rail["pci_address"]] = {"switch": found["switch"], "switch_id": found["switch_guid"],
+                                                "port": found["port"], "via": "ibnetdiscover"}
         return {"rails": out, "sources": sources}
 
     def gpu_driver(self):

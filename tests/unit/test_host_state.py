@@ -366,3 +366,10 @@ def test_infiniband_rails_get_their_switch_port_from_one_ibnetdiscover(tmp_path,
     assert first["switch"] == f"su1-leaf{ib[0]['rail']}" and first["via"] == "ibnetdiscover"
     assert first["port"] == 1  # swp<host index + 1>, as a number on an InfiniBand switch
     assert len(state["neighbours"]["rails"]) == len(ib) and calls.count("ibnetdiscover") == 1
+
+
+def test_a_failing_neighbour_tool_is_recorded_not_fatal(sim, monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUNODE_SIM_LLDPD", str(tmp_path / "not-installed"))
+    state = read(sim)["host_state"]
+    assert state["neighbours"]["rails"] == {}
+    assert state["neighbours"]["sources"]["lldp"].startswith("lldpctl: lldpd is not installed")
