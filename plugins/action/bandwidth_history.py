@@ -40,35 +40,14 @@ def open_db(path):
     return history_db.open_db(path, SCHEMA)
 
 
-def earlier_results(conn, keys, window, before_run):
-    """``{(host, rail): [gbps, ...]}``: each rail's last ``window`` results of earlier runs, oldest first."""
-    out = {}
-    for host, rail in keys:
-        cur = conn.execute("SELECT gbps FROM bandwidth WHERE host = ? AND rail = ? AND run != ? AND gbps IS NOT NULL "
-                           "ORDER BY time DESC, id DESC LIMIT ?", (host, rail, before_run, window))
-        out[(host, rail)] = [row[0] for row in cur.fetchall()][::-1]
-    return out
-
-
-def trend(conn, keys, points):
-    """``{"host/rail": [{time, gbps, run}, ...]}``: each rail's last ``points`` results (lowest per run), oldest
-    first, for the report's trend plot."""
-    out = {}
-    for host, rail in keys:
-        cur = conn.execute("SELECT run, MIN(time), MIN(gbps) FROM bandwidth WHERE host = ? AND rail = ? GROUP BY run "
-                           "ORDER BY MIN(time) DESC LIMIT ?", (host, rail, points))
-        out[f"{host}/{rail}"] = [{"run": r, "time": t, "gbps": g} for r, t, g in cur.fetchall()][::-1]
-    return out
-
-
 def record(conn, rows, keys, run, window, points, write):
     """In one transaction (this run's rows are all written, or none): read each rail's earlier results, write
     ``rows`` when ``write``, read the trends -> ``(earlier, trends)``."""
     with conn:
-        earlier = earlier_results(conn, keys, window, run)
+        earlier = history_db.earlier_results(conn, keys, window, run)
         if write:
             conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
-        return earlier, trend(conn, keys, points)
+        return earlier, history_db.trend(conn, keys, points)
 
 
 class ActionModule(ActionBase):

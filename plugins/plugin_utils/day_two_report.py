@@ -17,6 +17,7 @@ from contextlib import closing
 from pathlib import Path
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import history_db
 
 EVENTS = 50
 POINTS = 20
@@ -64,16 +65,12 @@ def _flagged_rails(conn, window, drop_pct, threshold_pct, points):
         cur = conn.execute("SELECT host, rail, peer, peer_rail, side, gbps, line_rate_gbps, time, run, version "
                            "FROM bandwidth WHERE host = ? AND rail = ? AND run = ?", (host, rail, run))
         now = [dict(zip(bh.COLUMNS, r, strict=True)) for r in cur.fetchall()]
-        earlier = [r[0] for r in conn.execute("SELECT gbps FROM bandwidth WHERE host = ? AND rail = ? AND run != ? "
-                                              "AND gbps IS NOT NULL ORDER BY time DESC, id DESC LIMIT ?",
-                                              (host, rail, run, window))][::-1]
+        earlier = history_db.earlier_results(conn, [(host, rail)], window, run)[(host, rail)]
         (finding,) = bh.judge(now, {(host, rail): earlier}, window=window, min_points=1, drop_pct=drop_pct,
                               threshold_pct=threshold_pct)
         if not finding["reasons"] or not earlier:
             continue
-        trend = [{"run": r, "time": t, "gbps": g} for r, t, g in conn.execute(
-            "SELECT run, MIN(time), MIN(gbps) FROM bandwidth WHERE host = ? AND rail = ? GROUP BY run "
-            "ORDER BY MIN(time) DESC LIMIT ?", (host, rail, points))][::-1]
+        trend = history_db.trend(conn, [(host, rail)], points)[f"{host}/{rail}"]
         out.append({**finding, "trend": trend, "line": bh.describe(finding)})
     return out
 
