@@ -19,6 +19,7 @@ Every part is optional; a host appears when any part names it.
 from __future__ import annotations
 
 import html
+import importlib
 import json
 import math
 import re
@@ -802,19 +803,22 @@ def md_rail_maps(hosts: list[dict]) -> str:
     return "".join(out)
 
 
-def _day_two():
-    """The day-two section's code (plugin_utils/day_two_report.py), imported only for a report with a day-two
-    database: it needs the collection importable (``gpunode report`` loads this file on its own)."""
-    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import day_two_report  # noqa: PLC0415 - optional
-
-    return day_two_report
+def _section(name):
+    """A section's code (``plugin_utils/<name>.py``: ``day_two_report``, ``topology_report``), imported only for a
+    report that has the section: it needs the collection importable (``gpunode report`` loads this file alone)."""
+    return importlib.import_module(f"ansible_collections.mlplatform.gpunode.plugins.plugin_utils.{name}")
 
 
-def _topology():
-    """The topology section's code (plugin_utils/topology_report.py), imported only for a report with a topology."""
-    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import topology_report  # noqa: PLC0415 - optional
+def _section_renderer(module, function):
+    """A template global rendering an optional section (``""`` when the report has none); HTML is markup as written,
+    since the section escapes every value itself."""
+    def render(part):
+        if not part:
+            return ""
+        text = getattr(_section(module), function)(part)
+        return markupsafe.Markup(text) if function == "html_section" else text  # noqa: S704 - escaped there
 
-    return topology_report
+    return render
 
 
 def _environment() -> jinja2.Environment:
@@ -838,11 +842,10 @@ def _environment() -> jinja2.Environment:
     # the fleet-sized parts, escaped where they are written (html.escape)
     env.globals["setting_rows"] = lambda *a: markupsafe.Markup(html_setting_rows(*a))  # noqa: S704 - escaped above
     env.globals["host_details"] = lambda hosts: markupsafe.Markup(html_host_details(hosts))  # noqa: S704 - escaped
-    # the day-two section, escaped where it is written (html.escape); none without a day-two database
-    env.globals["day_two_html"] = lambda d: markupsafe.Markup(_day_two().html_section(d)) if d else ""  # noqa: S704 - escaped
-    env.globals["day_two_md"] = lambda d: _day_two().md_section(d) if d else ""
-    env.globals["topology_html"] = lambda t: markupsafe.Markup(_topology().html_section(t)) if t else ""  # noqa: S704 - escaped
-    env.globals["topology_md"] = lambda t: _topology().md_section(t) if t else ""
+    # the optional sections (day two, topology), escaped where they are written (html.escape)
+    for name, module in (("day_two", "day_two_report"), ("topology", "topology_report")):
+        env.globals[f"{name}_html"] = _section_renderer(module, "html_section")
+        env.globals[f"{name}_md"] = _section_renderer(module, "md_section")
     env.globals["md_host_rows"] = md_host_rows
     env.globals["md_bandwidth_rows"] = md_bandwidth_rows
     env.globals["md_rail_maps"] = md_rail_maps
@@ -925,7 +928,7 @@ def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
     if inputs is None:
         inputs = load_inputs(Path(input_dir))
     report = build(inputs)
-    report["day_two"] = _day_two().load(history) if history else None
+    report["day_two"] = _section("day_two_report").load(history) if history else None
     # The topology action's result (tree, miscabled rails, warnings), when the run read the topology.
     report["topology"] = {k: topology.get(k) for k in ("tree", "miscabled", "warnings")} if topology else None
     run = inputs.get("run") or {}
