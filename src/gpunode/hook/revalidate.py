@@ -96,17 +96,15 @@ def history_db(config: HookConfig) -> Path:
     return Path(config.state_dir) / "history.sqlite"
 
 
-def select_hosts(store: Store, which: str) -> list[str] | None:
-    """The hosts to revalidate: provisioned ones (last run ok), or None for the whole inventory. Hosts queued or
-    running for provisioning are never in it."""
+def select_hosts(store: Store, which: str) -> tuple[list[str] | None, list[str]]:
+    """``(hosts, busy)`` from one read of the hook's hosts: the hosts to revalidate (provisioned ones, whose last run
+    ended ok, not queued or running; None for the whole inventory) and the hosts being provisioned (queued or
+    running), which a run of the whole inventory leaves out."""
     rows = store.hosts()
+    busy = [r["name"] for r in rows if r["state"] in ("queued", "running")]
     if which == "inventory":
-        return None
-    return [r["name"] for r in rows if r["state"] == "ok"]
-
-
-def busy_hosts(store: Store) -> list[str]:
-    return [r["name"] for r in store.hosts() if r["state"] in ("queued", "running")]
+        return None, busy
+    return [r["name"] for r in rows if r["state"] == "ok"], busy
 
 
 def revalidate_once(config: HookConfig, store: Store, stop: threading.Event | None = None,
@@ -115,13 +113,10 @@ def revalidate_once(config: HookConfig, store: Store, stop: threading.Event | No
     plan = settings(config)
     if plan is None:
         raise ConfigError("revalidate: no schedule in the settings (revalidate.interval)")
-    hosts = select_hosts(store, plan.hosts)
-    busy = busy_hosts(store)
-    if hosts is not None:
-        hosts = [h for h in hosts if h not in busy]
-        if not hosts:
-            log.info("revalidation: no provisioned host to revalidate")
-            return None
+    hosts, busy = select_hosts(store, plan.hosts)
+    if hosts == []:  # None: the whole inventory
+        log.info("revalidation: no provisioned host to revalidate")
+        return None
     rid = store.start_revalidation(hosts or ["(inventory)"], plan.run_playbook, now=now)
     run = {"id": f"revalidate-{rid}", "hosts": hosts or []}
     spec = run_spec(config, run, store)
