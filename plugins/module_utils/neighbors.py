@@ -194,46 +194,41 @@ def guid_key(guid):
     return (text[2:] if text.startswith("0x") else text).replace(":", "")
 
 
-def ib_neighbours_by_guid(nodes):
-    """``{node guid key: {switch, switch_guid, port, speed}}``: the switch port each CA (by its node GUID, as sysfs
-    ``node_guid`` gives it) reaches, from the switches' port lines and the CAs' own."""
-    out = {}
+def _ca_links(nodes):
+    """``(CA node guid, CA node description, {switch, switch_guid, port, speed})`` for every CA port on a switch, from
+    the switches' port lines, then the CAs' own (the first seen of a CA wins where both are printed)."""
     switches = {n["guid"]: n for n in nodes if n["type"] == "Switch"}
     for node in nodes:
         if node["type"] == "Switch":
             for link in node["links"]:
                 if link["remote_type"] == "Ca":
-                    out.setdefault(guid_key(link["remote_guid"]), {"switch": node["desc"], "switch_guid": node["guid"],
-                                                                   "port": link["port"], "speed": link["speed"]})
+                    yield link["remote_guid"], link["remote_desc"], {
+                        "switch": node["desc"], "switch_guid": node["guid"], "port": link["port"],
+                        "speed": link["speed"]}
         elif node["type"] == "Ca":
             for link in node["links"]:
                 if link["remote_type"] == "Switch":
                     switch = switches.get(link["remote_guid"], {})
-                    out.setdefault(guid_key(node["guid"]), {"switch": switch.get("desc") or link["remote_desc"],
-                                                            "switch_guid": link["remote_guid"],
-                                                            "port": link["remote_port"], "speed": link["speed"]})
+                    yield node["guid"], node["desc"], {
+                        "switch": switch.get("desc") or link["remote_desc"], "switch_guid": link["remote_guid"],
+                        "port": link["remote_port"], "speed": link["speed"]}
+
+
+def ib_neighbours_by_guid(nodes):
+    """``{node guid key: {switch, switch_guid, port, speed}}``: the switch port each CA (by its node GUID, as sysfs
+    ``node_guid`` gives it) reaches."""
+    out = {}
+    for guid, _desc, entry in _ca_links(nodes):
+        out.setdefault(guid_key(guid), entry)
     return out
 
 
 def ib_neighbours(nodes):
     """``{(host, device): {switch, switch_guid, port, speed}}``: the switch port each HCA port reaches, by the CA's
-    node description ``<host> <device>`` (what ``ibnetdiscover`` prints for a CA; the kernel sets it from the
-    host name and the RDMA device), from the switches' port lines and the CAs' own."""
+    node description ``<host> <device>`` (what ``ibnetdiscover`` prints for a CA once rdma-ndd set it: the host
+    name and the RDMA device)."""
     out = {}
-    switches = {n["guid"]: n for n in nodes if n["type"] == "Switch"}
-    for node in nodes:
-        if node["type"] == "Switch":
-            for link in node["links"]:
-                if link["remote_type"] == "Ca" and link["remote_desc"] and " " in link["remote_desc"].strip():
-                    host, device = link["remote_desc"].strip().rsplit(" ", 1)
-                    out.setdefault((host, device), {"switch": node["desc"], "switch_guid": node["guid"],
-                                                    "port": link["port"], "speed": link["speed"]})
-        elif node["type"] == "Ca" and " " in node["desc"].strip():
-            host, device = node["desc"].strip().rsplit(" ", 1)
-            for link in node["links"]:
-                if link["remote_type"] == "Switch":
-                    switch = switches.get(link["remote_guid"], {})
-                    out.setdefault((host, device), {"switch": switch.get("desc") or link["remote_desc"],
-                                                    "switch_guid": link["remote_guid"], "port": link["remote_port"],
-                                                    "speed": link["speed"]})
+    for _guid, desc, entry in _ca_links(nodes):
+        if desc and " " in desc.strip():
+            out.setdefault(tuple(desc.strip().rsplit(" ", 1)), entry)
     return out
