@@ -29,8 +29,9 @@ import math
 OUT_STATES = ("remediating", "hardware_service", "exhausted")
 ACTIONS = ("none", "return", "remediate", "hardware_service", "exhausted", "deferred")
 # The state an action leaves the host in.
+# (A deferred host keeps the state it had.)
 STATE_AFTER = {"none": "in_service", "return": "in_service", "remediate": "remediating",
-               "hardware_service": "hardware_service", "exhausted": "exhausted", "deferred": "in_service"}
+               "hardware_service": "hardware_service", "exhausted": "exhausted"}
 
 
 class RemediationError(ValueError):
@@ -122,28 +123,33 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3):
             out.setdefault(fabric, set()).add(host)
     result = {}
 
-    def decide(host, action, reasons, attempts, hardware=()):
-        record = records.get(host, {})
-        message = {
-            "none": "healthy",
-            "return": f"healthy again after {record.get('state', 'in_service')}: back in service",
-            "remediate": f"remediation attempt {attempts} of {max_attempts}: the pipeline re-runs for it",
-            "hardware_service": "needs hardware service: " + "; ".join(
-                f"{c['type']} on {c['device']}" for c in hardware),
-            "exhausted": f"left out of service: {attempts} remediation attempts did not fix it",
-            "deferred": f"waits: {budget(max_unavailable, sizes[str(fabrics[host])])} host(s) of fabric "
-                        f"{fabrics[host]} are out already (max_unavailable)",
-            "peer": "waits: only its bandwidth results failed, against " + ", ".join(blamed_peers.get(host, []))
-                    + ", which have findings of their own; judged again once they pass",
-        }[action]
+    def message(host, action, attempts, hardware):
+        if action == "return":
+            return f"healthy again after {records[host].get('state')}: back in service"
+        if action == "remediate":
+            return f"remediation attempt {attempts} of {max_attempts}: the pipeline re-runs for it"
+        if action == "hardware_service":
+            return "needs hardware service: " + "; ".join(f"{c['type']} on {c['device']}" for c in hardware)
+        if action == "exhausted":
+            return f"left out of service: {attempts} remediation attempts did not fix it"
         if action == "peer":
-            action = "deferred"
-        result[host] = {"action": action, "state": STATE_AFTER[action] if action != "deferred"
-                        else record.get("state", "in_service"),
-                        "attempts": attempts, "fabric": str(fabrics[host]), "reasons": reasons,
-                        "waits_for": blamed_peers.get(host, []) if message.startswith("waits: only") else [],
+            return ("waits: only its bandwidth results failed, against " + ", ".join(blamed_peers[host])
+                    + ", which have findings of their own; judged again once they pass")
+        if action == "deferred":
+            return (f"waits: {budget(max_unavailable, sizes[str(fabrics[host])])} host(s) of fabric {fabrics[host]} "
+                    "are out already (max_unavailable)")
+        return "healthy"
+
+    def decide(host, action, reasons, attempts, hardware=()):
+        """Record ``action`` for ``host`` (``peer``: deferred until the peers it failed against pass)."""
+        text = message(host, action, attempts, hardware)
+        waits_for = blamed_peers[host] if action == "peer" else []
+        action = "deferred" if action == "peer" else action
+        state = records.get(host, {}).get("state", "in_service") if action == "deferred" else STATE_AFTER[action]
+        result[host] = {"action": action, "state": state, "attempts": attempts, "fabric": str(fabrics[host]),
+                        "reasons": reasons, "waits_for": waits_for,
                         "hardware": [{"type": c.get("type"), "device": c.get("device"), "message": c.get("message")}
-                                     for c in hardware], "message": message}
+                                     for c in hardware], "message": text}
 
     owners = {h for h, f in findings.items() if own_findings(f)}
     blamed_peers = {h: sorted(set(f.get("peers") or []) & owners) for h, f in findings.items()
