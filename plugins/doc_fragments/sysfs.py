@@ -29,3 +29,17 @@ attributes:
     support: full
     platforms: linux
 """
+
+    # The per-device vendor reads of host_state and node_validation.
+    READ_WORKERS = r"""
+options:
+  read_workers:
+    description:
+      - How many per-device vendor reads (C(mlxconfig -e q), C(mlxreg --get), C(mlnx_qos -i), C(cma_roce_tos))
+        run at the same time. Each touches one device and takes from a fraction of a second to seconds on real
+        ConnectX hardware, so a host's 8-12 devices are read side by side.
+      - V(1) reads one device after the other. The answers, and the handling of a device that refuses a tool,
+        are the same either way.
+    type: int
+    default: 8
+"""

@@ -11,14 +11,45 @@ missing, fails or prints something the parser does not accept. Nothing here writ
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxreg, rdma_tools
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 
+# The attribute of the AnsibleModule under which prefetch() keeps its answers, by argv.
+_PREFETCHED = "_gpunode_prefetched"
+
 
 def run(module, argv):
-    """``(rc, stdout, stderr)`` of ``argv`` under the C locale."""
-    return module.run_command(argv, environ_update={"LC_ALL": "C"})
+    """``(rc, stdout, stderr)`` of ``argv`` under the C locale: the answer prefetch() already has for
+    this exact argv (taken once), else the command run now."""
+    answer = getattr(module, _PREFETCHED, {}).pop(tuple(argv), None)
+    return answer if answer is not None else module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+
+def prefetch(module, argvs, workers=8):
+    """Run the read-only commands ``argvs`` at most ``workers`` at a time, and keep each answer for the
+    run() of the same argv that follows.
+
+    The per-device vendor reads (``mlxconfig -e q``, ``mlxreg --get``, ``mlnx_qos -i``,
+    ``cma_roce_tos``) take from a fraction of a second to seconds each on real ConnectX hardware and
+    touch one device each, so a host's 8-12 devices are read side by side instead of one after the
+    other. The callers keep their order and their handling of each answer (errors, parsing): only
+    the waiting overlaps. ``workers`` 1 (or a single command) runs nothing ahead. Commands are
+    argv lists run through ``module.run_command`` (no shell), which copies the environment per
+    call; nothing here calls ``fail_json`` from a thread.
+    """
+    unique = list(dict.fromkeys(tuple(argv) for argv in argvs if argv))
+    if workers <= 1 or len(unique) <= 1:
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(unique))) as pool:
+        answers = list(pool.map(lambda argv: module.run_command(list(argv), environ_update={"LC_ALL": "C"}),
+                                unique))
+    cache = getattr(module, _PREFETCHED, None)
+    if cache is None:
+        cache = {}
+        setattr(module, _PREFETCHED, cache)
+    cache.update(zip(unique, answers, strict=True))
 
 
 def read_text(path):

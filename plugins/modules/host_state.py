@@ -132,6 +132,7 @@ notes:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
+  - mlplatform.gpunode.sysfs.read_workers
 """
 
 EXAMPLES = r"""
@@ -265,7 +266,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import management as mgmt
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import neighbors as nb
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads, roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
     ARGUMENT_SPEC,
     DiscoveryError,
@@ -276,6 +277,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import g
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
     pending_params,
+    query_argv,
     query_devices,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
@@ -302,11 +304,24 @@ class Reader:
             self.tools["mlxconfig"] = module.get_bin_path("mstconfig")
 
     def run(self, argv, check=True):
-        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        rc, out, err = node_reads.run(self.module, argv)
         if check and rc != 0:
             self.module.fail_json(msg=f"host_state: {' '.join(argv)} failed (rc {rc}): {err.strip() or out.strip()}",
                                   rc=rc, stdout=out, stderr=err, cmd=argv)
         return rc, out, err
+
+    def prefetch(self, nv_devices, accl_devices, qos_nics, workers):
+        """Start the per-device vendor reads side by side (node_reads.prefetch); each read below then
+        takes its answer and handles it as before."""
+        tools = self.tools
+        argvs = [query_argv(tools["mlxconfig"], d) for d in nv_devices if tools["mlxconfig"]]
+        argvs += [get_argv(tools["mlxreg"], d) for d in accl_devices if tools["mlxreg"]]
+        if tools["mlnx_qos"] and tools["cma_roce_tos"]:
+            argvs += [[tools["mlnx_qos"], "-i", n["netdev"]] for n in qos_nics]
+            argvs += [[tools["cma_roce_tos"], "-d", n["rdma_device"]] for n in qos_nics if n.get("rdma_device")]
+        if tools["nvidia-smi"]:
+            argvs.append([tools["nvidia-smi"], "-q"])
+        node_reads.prefetch(self.module, argvs, workers)
 
     def fail_parse(self, what, exc, out):
         self.module.fail_json(msg=f"host_state: cannot read {what}: {exc}", stdout=out)
@@ -491,6 +506,7 @@ def main():
             "root": {"type": "path", "default": "/"},
             "detect_management": {"type": "bool", "default": False},
             "connection_address": {"type": "str"},
+            "read_workers": {"type": "int", "default": 8},
         },
         supports_check_mode=True,
     )
@@ -526,15 +542,16 @@ def main():
     except ValueError as exc:
         module.fail_json(msg=f"host_state: {exc}")
     units = hs.unit_names(files, params["units"] if params["units"] is not None else hs.DEFAULT_UNITS)
-    packages, held = reader.packages()
     nics = hardware["nics"]
-    blocks, nv_refused = reader.nv_config(
-        [n["pci_address"] for n in nics if n["role"] != "ignored"] if params["nv_config"] else [])
-    accl, accl_refused = reader.roce_accl(
-        [n["pci_address"] for n in nics if n["role"] in params["roce_accl_roles"]])
+    nv_devices = [n["pci_address"] for n in nics if n["role"] != "ignored"] if params["nv_config"] else []
+    accl_devices = [n["pci_address"] for n in nics if n["role"] in params["roce_accl_roles"]]
     qos_nics = [n for n in nics if n["role"] in params["qos_roles"] and n.get("netdev")
                 and n.get("link_layer") == "Ethernet"
                 and os.path.isdir(os.path.join(sysfs_root, "class", "net", n["netdev"]))]
+    reader.prefetch(nv_devices, accl_devices, qos_nics, params["read_workers"])
+    packages, held = reader.packages()
+    blocks, nv_refused = reader.nv_config(nv_devices)
+    accl, accl_refused = reader.roce_accl(accl_devices)
     state = {
         "hardware": hardware,
         "files": files,

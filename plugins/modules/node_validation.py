@@ -27,6 +27,7 @@ author: mlplatform.gpunode developers (@mlplatform)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - mlplatform.gpunode.sysfs
+  - mlplatform.gpunode.sysfs.read_workers
 attributes:
   check_mode:
     support: full
@@ -153,7 +154,7 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, node_reads, nvidia_smi
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, mlxreg, node_reads, nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -196,8 +197,26 @@ def _fabric_manager_version(module):
     return None
 
 
-def observe(module, root, hw, expect):
+def _prefetch(module, rails, expect, workers):
+    """Start the per-rail vendor reads observe() makes side by side (node_reads.prefetch)."""
+    argvs = []
+    smi, mlxconfig_bin, mlxreg_bin, qos_bin = (module.get_bin_path(tool)
+                                               for tool in ("nvidia-smi", "mlxconfig", "mlxreg", "mlnx_qos"))
+    if smi:
+        argvs.append([smi, "-q"])
+    if mlxconfig_bin and (expect.get("nv_config") or expect.get("nv_config_settled")):
+        argvs += [[mlxconfig_bin, "-d", rail["pci_address"], "-e", "q"] for rail in rails]
+    if mlxreg_bin and expect.get("roce_accl"):
+        argvs += [mlxreg.get_argv(mlxreg_bin, rail["pci_address"]) for rail in rails]
+    if qos_bin and expect.get("qos"):
+        argvs += [[qos_bin, "-i", rail["netdev"]] for rail in rails
+                  if rail.get("netdev") and rail.get("link_layer") != "InfiniBand"]
+    node_reads.prefetch(module, argvs, workers)
+
+
+def observe(module, root, hw, expect, workers=1):
     """Read everything the checks need, for the rails discovery found."""
+    _prefetch(module, hw.get("rails") or [], expect, workers)
     observed = {"nvidia_smi": _nvidia_smi(module), "modules": {
         "nvidia_peermem": os.path.isdir(os.path.join(root, "module", "nvidia_peermem"))}}
     if hw.get("fabric_manager_required"):
@@ -251,6 +270,7 @@ def main():
             "sysfs_root": {"type": "path", "default": "/sys"},
             "hw": {"type": "dict", "required": True},
             "expect": {"type": "dict", "default": {}, "options": expect_spec},
+            "read_workers": {"type": "int", "default": 8},
         },
         supports_check_mode=True,
     )
@@ -265,7 +285,7 @@ def main():
         module.fail_json(msg="node_validation: expect.roce_accl values must be integers: "
                          + ", ".join(sorted(bad_accl)))
     try:
-        observed = observe(module, module.params["sysfs_root"], hw, expect)
+        observed = observe(module, module.params["sysfs_root"], hw, expect, module.params["read_workers"])
     except SysfsError as exc:
         module.fail_json(msg=f"node_validation: {exc}", sysfs_root=module.params["sysfs_root"])
     checks = check_node(hw, observed, expect)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import threading
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,18 @@ def make_host(path: Path, profile: str = "dgx-h100", faults: dict | None = None)
 
 def run_tool(root: Path, tool: str, *argv: str, stdin: str = "", userspace: Path | None = None,
              dpkg_status: Path | None = None) -> Result:
-    """Run simulated ``tool`` against host state ``root`` the way a wrapper script would."""
+    """Run simulated ``tool`` against host state ``root`` the way a wrapper script would.
+
+    In this process, with its stdout, stdin and environment swapped: one tool at a time (a lock), since
+    the modules run their device reads from a thread pool (node_reads.prefetch)."""
+    with _TOOL_LOCK:
+        return _run_tool(root, tool, *argv, stdin=stdin, userspace=userspace, dpkg_status=dpkg_status)
+
+
+_TOOL_LOCK = threading.Lock()
+
+
+def _run_tool(root, tool, *argv, stdin, userspace, dpkg_status):
     out, err = io.StringIO(), io.StringIO()
     saved = {k: os.environ.get(k) for k in (ENV_ROOT, ENV_NVIDIA_USERSPACE, ENV_DPKG_STATUS)}
     saved_stdin = sys.stdin

@@ -198,6 +198,62 @@ def test_one_read_returns_every_part(sim):
             tools.count("lldpctl")) == (1, 1, 1, 1)
 
 
+def test_device_reads_run_side_by_side_once_each_with_the_same_answer(sim, monkeypatch):
+    """read_workers: the per-device vendor reads overlap (at most that many at once), each command still runs
+    once, and the host state is the same as read one device after the other."""
+    import threading
+    import time
+
+    inner = basic.AnsibleModule.run_command
+    lock, active, peak = threading.Lock(), [0], [0]
+
+    def overlapping(self, argv, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            time.sleep(0.01)  # long enough for the pool's other threads to start theirs
+            return inner(self, argv, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", overlapping)
+    one_by_one = read(sim, read_workers=1)["host_state"]
+    assert peak[0] == 1
+    calls_one_by_one = sorted(map(tuple, sim["calls"]))
+    sim["calls"].clear()
+    side_by_side = read(sim, read_workers=4)["host_state"]
+    assert 1 < peak[0] <= 4
+    assert side_by_side == one_by_one
+    # The same commands, each once per read: a prefetched answer is taken, not run again.
+    assert sorted(map(tuple, sim["calls"])) == calls_one_by_one
+    devices = [n["pci_address"] for n in one_by_one["hardware"]["nics"] if n["role"] != "ignored"]
+    mlxconfig = [c for c in sim["calls"] if c[0] == "mlxconfig"]
+    assert sorted(c[2] for c in mlxconfig) == sorted(devices)
+
+
+def test_prefetched_answers_are_taken_once():
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads
+
+    runs = []
+
+    class Module:
+        def run_command(self, argv, environ_update=None):
+            runs.append(list(argv))
+            return 0, f"{' '.join(argv)} #{len(runs)}", ""
+
+    module = Module()
+    node_reads.prefetch(module, [["a", "1"], ["b"], ["a", "1"]], workers=4)
+    assert sorted(runs) == [["a", "1"], ["b"]]  # the same argv twice is run once
+    assert node_reads.run(module, ["a", "1"])[1].startswith("a 1 #")
+    assert node_reads.run(module, ["a", "1"]) == (0, "a 1 #3", "")  # taken once; the next run is a new run
+    # One command, or one worker, runs nothing ahead.
+    node_reads.prefetch(module, [["c"]], workers=4)
+    node_reads.prefetch(module, [["d"], ["e"]], workers=1)
+    assert len(runs) == 3
+
+
 def test_read_sees_a_pending_nv_config_and_a_vf_change(sim):
     first = read(sim)["host_state"]
     rail = first["hardware"]["rails"][0]["pci_address"]
