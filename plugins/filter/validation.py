@@ -90,6 +90,11 @@ def validation_result(checks, pairs, host):
     return {"host": host, "passed": passed, "failures": failures, "checks": checks or [], "pairs": pairs or []}
 
 
+def validation_known(state, hw):
+    """``gpunode_host_state`` + ``gpunode_hw`` -> the vendor reads ``node_validation`` takes as ``known``."""
+    return validation.known_from_host_state(state, hw)
+
+
 class FilterModule:
     """The validation role's filters."""
 
@@ -97,4 +102,4 @@ class FilterModule:
         return {"validation_pairs": validation_pairs, "validation_judge": validation_judge,
                 "validation_schedule": validation_schedule, "validation_clients": validation_clients,
                 "validation_side": validation_side,
-                "validation_result": validation_result}
+                "validation_result": validation_result, "validation_known": validation_known}

@@ -244,6 +244,46 @@ def check_node(hw, observed, expect):
     return out
 
 
+def known_from_host_state(state, hw):
+    """Pure: the vendor reads of ``node_validation`` that this run's host read (the ``host_state`` module's
+    result) already holds, for the compute rails of ``hw``, in the shapes ``check_node`` reads::
+
+        {"nv_config": {pci: {"params": {PARAM: {"current": raw, "next_boot": raw}}} | {"error": reason}},
+         "roce_accl": {pci: {"fields": {field: int}} | {"error": reason}},
+         "qos": {netdev: {trust, pfc, pfc_priorities, ecn_np, ecn_rp, cnp_dscp, roce_tos, mtu}}}
+
+    A rail the read does not cover (a tool not installed then, a role it did not read) is left out, and the
+    module reads it. ``{}`` without a state.
+    """
+    if not state:
+        return {}
+    out = {"nv_config": {}, "roce_accl": {}, "qos": {}}
+    nv, nv_refused = state.get("nv_config") or {}, state.get("nv_config_refused") or {}
+    accl, accl_refused = state.get("roce_accl") or {}, state.get("roce_accl_refused") or {}
+    qos = state.get("qos") or {}
+    for rail in (hw or {}).get("rails") or []:
+        pci, netdev = rail["pci_address"], rail.get("netdev")
+        if pci in nv:
+            out["nv_config"][pci] = {"params": {
+                param: {"current": row.get("current"), "next_boot": row.get("next_boot")} for param, row in nv[pci].items()}}
+        elif pci in nv_refused:
+            out["nv_config"][pci] = {"error": nv_refused[pci]}
+        if pci in accl:
+            out["roce_accl"][pci] = {"fields": accl[pci]}
+        elif pci in accl_refused:
+            out["roce_accl"][pci] = {"error": accl_refused[pci]}
+        if netdev and netdev in qos:
+            read = qos[netdev]
+            pfc = read.get("pfc")
+            out["qos"][netdev] = {
+                "trust": read.get("trust"), "pfc": pfc,
+                "pfc_priorities": None if pfc is None else [p for p, on in enumerate(pfc) if on],
+                # node_reads.read_qos lists no priority where the ECN directory is absent.
+                "ecn_np": read.get("ecn_np") or [], "ecn_rp": read.get("ecn_rp") or [],
+                "cnp_dscp": read.get("cnp_dscp"), "roce_tos": read.get("roce_tos"), "mtu": read.get("mtu")}
+    return out
+
+
 def platform_key(hw):
     """The platform a host belongs to for pair coverage: DMI vendor + product (``NVIDIA DGXH100``)."""
     platform = (hw or {}).get("platform") or {}

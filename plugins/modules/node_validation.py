@@ -40,6 +40,14 @@ options:
     description: The C(gpunode_hw) fact published by the discovery role.
     type: dict
     required: true
+  known:
+    description:
+      - Vendor reads this run already made (the host read), as P(mlplatform.gpunode.validation_known#filter) takes
+        them from the C(gpunode_host_state) fact, keyed C(nv_config) and C(roce_accl) by PCI address and C(qos) by
+        netdev. A rail found there is judged on it and not read again; every other rail is read.
+      - The GPUs, the driver, the links, the affinity and the VF counts are always read.
+    type: dict
+    default: {}
   expect:
     description: What the roles declared. A key left out (or null) is not checked.
     type: dict
@@ -205,18 +213,41 @@ def _prefetch(module, rails, expect, workers):
     if smi:
         argvs.append([smi, "-q"])
     if mlxconfig_bin and (expect.get("nv_config") or expect.get("nv_config_settled")):
-        argvs += [[mlxconfig_bin, "-d", rail["pci_address"], "-e", "q"] for rail in rails]
+        argvs += [[mlxconfig_bin, "-d", rail["pci_address"], "-e", "q"] for rail in rails["nv_config"]]
     if mlxreg_bin and expect.get("roce_accl"):
-        argvs += [mlxreg.get_argv(mlxreg_bin, rail["pci_address"]) for rail in rails]
+        argvs += [mlxreg.get_argv(mlxreg_bin, rail["pci_address"]) for rail in rails["roce_accl"]]
     if qos_bin and expect.get("qos"):
-        argvs += [[qos_bin, "-i", rail["netdev"]] for rail in rails
-                  if rail.get("netdev") and rail.get("link_layer") != "InfiniBand"]
+        argvs += [[qos_bin, "-i", rail["netdev"]] for rail in rails["qos"]]
     node_reads.prefetch(module, argvs, workers)
 
 
-def observe(module, root, hw, expect, workers=1):
-    """Read everything the checks need, for the rails discovery found."""
-    _prefetch(module, hw.get("rails") or [], expect, workers)
+def _read_nv_config(module, pci_address):
+    binary = module.get_bin_path("mlxconfig")
+    if not binary:
+        return {"error": "mlxconfig not installed"}
+    rc, out, err = _run(module, [binary, "-d", pci_address, "-e", "q"])
+    try:
+        parsed = mlxconfig.parse_query(out)
+    except ParseError as exc:
+        parsed = {"devices": [], "errors": [f"exit status {rc}: {(err or str(exc)).strip()}"]}
+    if parsed["errors"] or not parsed["devices"]:
+        return {"error": "; ".join(parsed["errors"]) or "no device"}
+    return {"params": {k: {c: (v.get(c) or {}).get("raw") for c in ("current", "next_boot")}
+                       for k, v in parsed["devices"][0]["params"].items()}}
+
+
+def observe(module, root, hw, expect, workers=1, known=None):
+    """Read everything the checks need, for the rails discovery found. The vendor reads in ``known`` (this
+    run's host read, validation.known_from_host_state) are taken from it; the rails it leaves out are read."""
+    known = known or {}
+    rails = hw.get("rails") or []
+    to_read = {
+        "nv_config": [r for r in rails if r["pci_address"] not in (known.get("nv_config") or {})],
+        "roce_accl": [r for r in rails if r["pci_address"] not in (known.get("roce_accl") or {})],
+        "qos": [r for r in rails if r.get("netdev") and r.get("link_layer") != "InfiniBand"
+                and r["netdev"] not in (known.get("qos") or {})],
+    }
+    _prefetch(module, to_read, expect, workers)
     observed = {"nvidia_smi": _nvidia_smi(module), "modules": {
         "nvidia_peermem": os.path.isdir(os.path.join(root, "module", "nvidia_peermem"))}}
     if hw.get("fabric_manager_required"):
@@ -225,31 +256,18 @@ def observe(module, root, hw, expect, workers=1):
     nic_keys = ("link_state", "speed_gbps", "link_layer", "sriov_numvfs", "sriov_totalvfs", "netdev")
     observed["nics"] = {n["pci_address"]: {k: n.get(k) for k in nic_keys} for n in live["nics"]}
     observed["affinity"] = {g["pci_address"]: g.get("rail_nic") for g in live["gpus"]}
-    rails = hw.get("rails") or []
     if expect.get("nv_config") or expect.get("nv_config_settled"):
-        binary = module.get_bin_path("mlxconfig")
-        observed["nv_config"] = {}
-        for rail in rails:
-            if not binary:
-                observed["nv_config"][rail["pci_address"]] = {"error": "mlxconfig not installed"}
-                continue
-            rc, out, err = _run(module, [binary, "-d", rail["pci_address"], "-e", "q"])
-            try:
-                parsed = mlxconfig.parse_query(out)
-            except ParseError as exc:
-                parsed = {"devices": [], "errors": [f"exit status {rc}: {(err or str(exc)).strip()}"]}
-            if parsed["errors"] or not parsed["devices"]:
-                observed["nv_config"][rail["pci_address"]] = {"error": "; ".join(parsed["errors"]) or "no device"}
-            else:
-                observed["nv_config"][rail["pci_address"]] = {"params": {
-                    k: {c: (v.get(c) or {}).get("raw") for c in ("current", "next_boot")}
-                    for k, v in parsed["devices"][0]["params"].items()}}
+        observed["nv_config"] = dict(known.get("nv_config") or {})
+        observed["nv_config"].update({r["pci_address"]: _read_nv_config(module, r["pci_address"])
+                                      for r in to_read["nv_config"]})
     if expect.get("roce_accl"):
-        observed["roce_accl"] = {rail["pci_address"]: node_reads.read_roce_accl(module, rail["pci_address"])
-                                 for rail in rails}
+        observed["roce_accl"] = dict(known.get("roce_accl") or {})
+        observed["roce_accl"].update({r["pci_address"]: node_reads.read_roce_accl(module, r["pci_address"])
+                                      for r in to_read["roce_accl"]})
     if expect.get("qos"):
-        observed["qos"] = {rail["netdev"]: node_reads.read_qos(module, root, rail["netdev"], rail.get("rdma_device"))
-                           for rail in rails if rail.get("netdev") and rail.get("link_layer") != "InfiniBand"}
+        observed["qos"] = dict(known.get("qos") or {})
+        observed["qos"].update({r["netdev"]: node_reads.read_qos(module, root, r["netdev"], r.get("rdma_device"))
+                                for r in to_read["qos"]})
     return observed
 
 
@@ -271,6 +289,7 @@ def main():
             "hw": {"type": "dict", "required": True},
             "expect": {"type": "dict", "default": {}, "options": expect_spec},
             "read_workers": {"type": "int", "default": 8},
+            "known": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -285,7 +304,8 @@ def main():
         module.fail_json(msg="node_validation: expect.roce_accl values must be integers: "
                          + ", ".join(sorted(bad_accl)))
     try:
-        observed = observe(module, module.params["sysfs_root"], hw, expect, module.params["read_workers"])
+        observed = observe(module, module.params["sysfs_root"], hw, expect, module.params["read_workers"],
+                           module.params["known"])
     except SysfsError as exc:
         module.fail_json(msg=f"node_validation: {exc}", sysfs_root=module.params["sysfs_root"])
     checks = check_node(hw, observed, expect)

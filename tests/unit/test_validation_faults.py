@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import config_of
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 from local_play import free_port_block  # tests/unit is on sys.path (rootdir-relative import mode)
 from simhost import tool_bin
@@ -154,6 +155,43 @@ def test_each_fault_fails_exactly_its_host_with_the_reason(faulted):
     # adaptive routing off on every rail of vf-hgx2 only (the incident's mismatch)
     assert len(hgx2_failures) == 8
     assert all(f.endswith("ROCE_ACCL adaptive_routing_forced_en=0, declared 1") for f in hgx2_failures)
+
+
+def test_the_host_read_judges_as_the_live_read_back_without_reading_the_rails_again(fleet_dir, faulted):
+    """validation_reuse_host_read: the NV config and ROCE_ACCL that the host read (host_state's reader) holds give
+    node_validation the same checks as reading every rail back, with the faults still in place, and no
+    mlxconfig or mlxreg runs."""
+    spec = importlib.util.spec_from_file_location("host_state", REPO / "plugins" / "modules" / "host_state.py")
+    host_state = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_state)
+
+    class Counting(Runner):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.tools = []
+
+        def run_command(self, argv, environ_update=None):
+            self.tools.append(Path(argv[0]).name)
+            return super().run_command(argv, environ_update)
+
+    for host in HOSTS:
+        hw, hdir = fleet_dir["hosts"][host]["hw"], fleet_dir["hosts"][host]["dir"]
+        env = {**fleet_dir["env"], "GPUNODE_SIM_STATE": str(hdir)}
+        reader = host_state.Reader(Runner(fleet_dir["bindir"], env))
+        devices = [r["pci_address"] for r in hw["rails"]]
+        blocks, nv_refused = reader.nv_config(devices)
+        accl, accl_refused = reader.roce_accl(devices)
+        state = {"nv_config": {d: config_of(b) for d, b in blocks.items()}, "nv_config_refused": nv_refused,
+                 "roce_accl": accl, "roce_accl_refused": accl_refused, "qos": {}}
+        known = validation.known_from_host_state(state, hw)
+        assert sorted(known["nv_config"]) == sorted(devices) == sorted(known["roce_accl"])
+        live = node_validation.observe(Runner(fleet_dir["bindir"], env), str(hdir / "sys"), hw, EXPECT)
+        counting = Counting(fleet_dir["bindir"], env)
+        reused = node_validation.observe(counting, str(hdir / "sys"), hw, EXPECT, known=known)
+        assert validation.check_node(hw, reused, EXPECT) == validation.check_node(hw, live, EXPECT), host
+        assert "mlxconfig" not in counting.tools and "mlxreg" not in counting.tools
+        assert "nvidia-smi" in counting.tools  # the GPUs and the driver are read live
+    assert validation.verdict(validation.check_node(hw, reused, EXPECT), [])[0] is False  # vf-hgx2: AR off
 
 
 def test_clearing_the_faults_passes_every_host(fleet_dir, faulted):
