@@ -264,8 +264,9 @@ def known_from_host_state(state, hw):
     for rail in (hw or {}).get("rails") or []:
         pci, netdev = rail["pci_address"], rail.get("netdev")
         if pci in nv:
-            out["nv_config"][pci] = {"params": {
-                param: {"current": row.get("current"), "next_boot": row.get("next_boot")} for param, row in nv[pci].items()}}
+            params = {param: {"current": row.get("current"), "next_boot": row.get("next_boot")}
+                      for param, row in nv[pci].items()}
+            out["nv_config"][pci] = {"params": params}
         elif pci in nv_refused:
             out["nv_config"][pci] = {"error": nv_refused[pci]}
         if pci in accl:
