@@ -23,6 +23,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import plan_fields
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     NvConfigError,
+    block_of,
     config_of,
     pending_params,
     unknown_current,
@@ -30,6 +31,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import plan as nv_plan
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import plan as vf_plan_of
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import validate_request
 
 
@@ -46,9 +48,12 @@ def nv_config_plan(state, devices, skip_unsupported=False):
     state = state or {}
     if not devices:
         return {"run": False, "reason": "no device has NV config settings", "changes": {}, "result": {}}
-    if not _tool(state, "mlxconfig") or "nv_config_blocks" not in state:
+    if not _tool(state, "mlxconfig") or "nv_config" not in state:
         return _run("mlxconfig was not installed when the host was read")
-    blocks = state["nv_config_blocks"]
+    try:
+        blocks = {device: block_of(device, config) for device, config in state["nv_config"].items()}
+    except ParseError:
+        return _run("the NV config read holds a value mlxconfig does not print (the module reads it again)")
     refused = state.get("nv_config_refused") or {}
     missing = [d["device"] for d in devices if d["device"] not in blocks and d["device"] not in refused]
     if missing:

@@ -34,6 +34,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig impor
     normalize_value,
     parse_query,
     parse_set,
+    parse_value,
     values_equal,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -95,6 +96,17 @@ def config_of(device):
     """A parsed device block -> ``{param: {default, current, next_boot}}`` with the printed text
     (``True(1)``); a column the tool did not print (one-column ``q``) is None."""
     return {param: {column: _raw(row, column) for column in COLUMNS} for param, row in device["params"].items()}
+
+
+def block_of(device, config):
+    """The inverse of ``config_of``: ``{param: {default, current, next_boot}}`` printed text -> a block whose
+    rows hold the parsed values (``mlxconfig.parse_value``), what ``plan``, ``pending_params`` and
+    ``unknown_current`` read. A column given as None (not printed) is left out of its row. The host read
+    returns only the printed text (the parsed block is about three times its size), and the controller-side
+    plan rebuilds the block from it. ParseError for text that is not one mlxconfig value."""
+    return {"device": device, "params": {
+        param: {column: parse_value(raw) for column, raw in (columns or {}).items() if raw is not None}
+        for param, columns in (config or {}).items()}}
 
 
 def read_device(text):

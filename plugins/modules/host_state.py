@@ -207,10 +207,6 @@ host_state:
     nv_config:
       description: PCI address -> parameter -> C({default, current, next_boot}) as C(mlxconfig -e q) prints them.
       type: dict
-    nv_config_blocks:
-      description: PCI address -> the parsed C(mlxconfig -e q) block (header and rows), what the controller-side
-        NV config plan compares against.
-      type: dict
     nv_config_pending:
       description: PCI address -> parameters whose next-boot value differs from the current one.
       type: dict
@@ -564,7 +560,6 @@ def main():
             sysfs_root,
             params["kernel_modules"] if params["kernel_modules"] is not None else hs.DEFAULT_KERNEL_MODULES),
         "nv_config": {device: config_of(block) for device, block in blocks.items()},
-        "nv_config_blocks": blocks,
         "nv_config_pending": {d: pending_params(b) for d, b in blocks.items() if pending_params(b)},
         "nv_config_refused": nv_refused,
         "roce_accl": accl,

@@ -42,7 +42,7 @@ def test_nv_config_plan_without_a_current_column_says_reboot_unknown_like_the_mo
     rail = _rail(state)
     now = state["nv_config"][rail]["NUM_OF_VFS"]["next_boot"]
     no_current = copy.deepcopy(state)
-    for row in no_current["nv_config_blocks"][rail]["params"].values():
+    for row in no_current["nv_config"][rail].values():
         row["current"] = None
     plan = F["nv_config_plan"](no_current, [{"device": rail, "settings": {"NUM_OF_VFS": int(now)}}])
     assert plan["run"] is False and plan["result"]["pending"] == {}
@@ -68,7 +68,7 @@ def test_nv_config_plan_runs_the_module_when_it_cannot_decide(state):
     no_tool = dict(state, tools=dict(state["tools"], mlxconfig=None))
     assert F["nv_config_plan"](no_tool, [{"device": rail, "settings": {"NUM_OF_VFS": 1}}])["run"] is True
     refused = dict(state, nv_config_refused={rail: "Failed to open the device"})
-    refused["nv_config_blocks"] = {k: v for k, v in state["nv_config_blocks"].items() if k != rail}
+    refused["nv_config"] = {k: v for k, v in state["nv_config"].items() if k != rail}
     assert F["nv_config_plan"](refused, [{"device": rail, "settings": {"NUM_OF_VFS": 1}}])["run"] is True
     skipped = F["nv_config_plan"](refused, [{"device": rail, "settings": {"NUM_OF_VFS": 1}}], True)
     assert skipped["run"] is False and rail in skipped["result"]["skipped_devices"]

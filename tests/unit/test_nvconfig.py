@@ -162,3 +162,39 @@ def test_display_value_spellings():
     assert nvconfig.display_value("SRIOV_EN", True) == "True(1)"
     assert nvconfig.display_value("SRIOV_EN", "false") == "False(0)"
     assert nvconfig.display_value("NUM_OF_VFS", 8) == "8"
+
+
+def test_block_of_rebuilds_what_the_plan_reads_from_the_printed_text(tmp_path):
+    """The host read returns only config_of's printed text; block_of gives the plan, the pending parameters and
+    the unknown current values the same answers as the parsed block, on the real mlxconfig query samples and on
+    the simulated DGX's three-column read with a value waiting for next boot."""
+    from conftest import SHARED
+
+    # The samples' "# source:" header lines are not tool output.
+    texts = ["\n".join(line for line in p.read_text().splitlines() if not line.startswith("#")) + "\n"
+             for p in sorted((SHARED / "real-outputs").glob("mlxconfig*q*"))]
+    simhost = pytest.importorskip("simhost")
+    host = simhost.make_host(tmp_path / "dgx", "dgx-h100")
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+
+    pci = classify(read_sysfs(str(host / "sys")))["rails"][0]["pci_address"]
+    assert simhost.run_tool(host, "mlxconfig", "-d", pci, "-y", "set", "NUM_OF_VFS=4").rc == 0
+    texts.append(simhost.run_tool(host, "mlxconfig", "-d", pci, "-e", "q").out)
+    blocks = [b for text in texts for b in parse_query(text)["devices"] if b.get("params")]
+    assert len(blocks) >= 3
+    for block in blocks:
+        device = block.get("device") or pci
+        rebuilt = nvconfig.block_of(device, nvconfig.config_of(block))
+        assert nvconfig.config_of(rebuilt) == nvconfig.config_of(block)
+        assert nvconfig.pending_params(rebuilt) == nvconfig.pending_params(block)
+        for param, row in block["params"].items():
+            for column in ("default", "current", "next_boot"):
+                if row.get(column):
+                    assert rebuilt["params"][param][column] == row[column], (param, column)
+        wish = [{"device": device, "settings": {"NUM_OF_VFS": 8}}] if "NUM_OF_VFS" in block["params"] else []
+        if wish:
+            assert nvconfig.plan(wish, {device: rebuilt}) == nvconfig.plan(wish, {device: block})
+    assert nvconfig.pending_params(nvconfig.block_of(pci, nvconfig.config_of(blocks[-1]))) == ["NUM_OF_VFS"]
+    with pytest.raises(ParseError):
+        nvconfig.block_of(pci, {"SRIOV_EN": {"current": "two words"}})
