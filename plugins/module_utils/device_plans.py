@@ -30,8 +30,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
     unknown_reason,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import plan as nv_plan
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import plan as vf_plan_of
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import plan as vf_plan_of
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import validate_request
 
 
