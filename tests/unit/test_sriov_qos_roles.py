@@ -136,7 +136,7 @@ def test_profiles_override_per_fabric(tmp_path, dgx_tree):
 
 FAKE_MLNX_QOS = """#!{python}
 # Stand-in for mlnx_qos: keeps trust/PFC per netdev in a JSON file, prints the real sample's layout.
-import json, re, sys
+import json, os, re, sys
 state_file, template_file = {state!r}, {template!r}
 try:
     state = json.load(open(state_file))
@@ -149,14 +149,17 @@ if "--trust" in args:
     entry["trust"] = args[args.index("--trust") + 1]
 if "--pfc" in args:
     entry["pfc"] = [int(v) for v in args[args.index("--pfc") + 1].split(",")]
-json.dump(state, open(state_file, "w"))
+if "--trust" in args or "--pfc" in args:
+    # Only a set writes, and atomically: the host read runs the reads of all netdevs side by side.
+    json.dump(state, open(state_file + ".tmp", "w"))
+    os.replace(state_file + ".tmp", state_file)
 text = open(template_file).read().replace("Priority trust state: dscp", "Priority trust state: " + entry["trust"])
 print(re.sub(r"enabled(\\s+\\d)+", "enabled     " + "   ".join(map(str, entry["pfc"])), text), end="")
 """
 
 FAKE_CMA_ROCE_TOS = """#!{python}
 # Stand-in for cma_roce_tos: prints the ToS of the device (0 until set), like the real tool.
-import json, sys
+import json, os, sys
 state_file = {state!r}
 try:
     state = json.load(open(state_file))
@@ -166,7 +169,8 @@ args = sys.argv[1:]
 dev = args[args.index("-d") + 1]
 if "-t" in args:
     state[dev] = int(args[args.index("-t") + 1])
-    json.dump(state, open(state_file, "w"))
+    json.dump(state, open(state_file + ".tmp", "w"))
+    os.replace(state_file + ".tmp", state_file)
 print(state.get(dev, 0))
 """
 
