@@ -8,19 +8,26 @@ from __future__ import annotations
 import os
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
 
 
-def known_options(role_path):
-    """The option names of the role's ``meta/argument_specs.yml`` entry point ``main``."""
+def known_options(role_path, loader=None):
+    """The option names of the role's ``meta/argument_specs.yml`` entry point ``main``.
+
+    With Ansible's ``loader`` (the action's): the file as Ansible parsed it when it loaded the role (its
+    DataLoader keeps every file it parsed, and the task's worker inherits that), not parsed again per host
+    and role; without one (a test), parsed here."""
     path = os.path.join(role_path, "meta", "argument_specs.yml")
     try:
-        with open(path, encoding="utf-8") as handle:
-            specs = yaml.safe_load(handle) or {}
+        if loader is not None:
+            specs = loader.load_from_file(path, unsafe=True) or {}  # read-only use: no deep copy
+        else:
+            with open(path, encoding="utf-8") as handle:
+                specs = yaml.safe_load(handle) or {}
         return sorted((specs["argument_specs"]["main"].get("options") or {}).keys())
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, AnsibleError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
         raise AnsibleActionFail(f"role_variables: cannot read the options of {path}: {exc}") from exc
 
 
@@ -43,7 +50,7 @@ class ActionModule(ActionBase):
         role = getattr(self._task, "_role", None)
         if role is None:
             raise AnsibleActionFail("role_variables: runs inside a role (it reads the role's meta/argument_specs.yml)")
-        known = known_options(role._role_path) + list(published)
+        known = known_options(role._role_path, self._loader) + list(published)
         found = unknown_variables([name for name in task_vars if name.startswith(prefix)], known, prefix)
         host = task_vars.get("inventory_hostname", "?")
         result.update(changed=False, unknown=found)
