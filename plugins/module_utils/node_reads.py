@@ -11,6 +11,7 @@ missing, fails or prints something the parser does not accept. Nothing here writ
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxreg, rdma_tools
@@ -27,29 +28,58 @@ def run(module, argv):
     return answer if answer is not None else module.run_command(argv, environ_update={"LC_ALL": "C"})
 
 
+# A PCI address as the vendor tools take it (``-d 0000:18:00.1``): its card is all but the function.
+_PCI_FUNCTION = re.compile(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]$")
+
+
+def card_of(argv):
+    """The card a command touches: the PCI address after ``-d`` without its function (both ports of a dual-port
+    card share the card's firmware semaphore), else the command itself (``mlnx_qos -i <netdev>``)."""
+    argv = list(argv)
+    if "-d" in argv[:-1]:
+        match = _PCI_FUNCTION.match(argv[argv.index("-d") + 1])
+        if match:
+            return match.group(1).lower()
+    return tuple(argv)
+
+
+def _quietly(module, argv):
+    """``run_command`` without its own error handling (which would call ``fail_json`` from a thread); None when
+    the command cannot be started, so that the caller's own run() of it later reports the error as before."""
+    try:
+        return module.run_command(list(argv), environ_update={"LC_ALL": "C"}, handle_exceptions=False)
+    except Exception:  # noqa: BLE001 - any start failure: run() runs the command again and handles it
+        return None
+
+
 def prefetch(module, argvs, workers=8):
-    """Run the read-only commands ``argvs`` at most ``workers`` at a time, and keep each answer for the
-    run() of the same argv that follows.
+    """Run the read-only commands ``argvs`` side by side, and keep each answer for the run() of the same argv
+    that follows.
 
     The per-device vendor reads (``mlxconfig -e q``, ``mlxreg --get``, ``mlnx_qos -i``,
-    ``cma_roce_tos``) take from a fraction of a second to seconds each on real ConnectX hardware and
-    touch one device each, so a host's 8-12 devices are read side by side instead of one after the
-    other. The callers keep their order and their handling of each answer (errors, parsing): only
-    the waiting overlaps. ``workers`` 1 (or a single command) runs nothing ahead. Commands are
-    argv lists run through ``module.run_command`` (no shell), which copies the environment per
-    call; nothing here calls ``fail_json`` from a thread.
+    ``cma_roce_tos``) take from a fraction of a second to seconds each on real ConnectX hardware, so a
+    host's 8-12 devices are read side by side instead of one after the other. At most ``workers`` cards
+    are read at once, and the commands of one card (card_of: the functions of a dual-port card, mlxconfig
+    and mlxreg on one function) one after the other, since the card's firmware serializes them. The
+    callers keep their order and their handling of each answer (errors, parsing): only the waiting
+    overlaps. ``workers`` 1 (or a single card) runs nothing ahead. Commands are argv lists run through
+    ``module.run_command`` (no shell), which copies the environment per call; a command that cannot be
+    started is not kept, and its run() starts it again and fails as it would have.
     """
     unique = list(dict.fromkeys(tuple(argv) for argv in argvs if argv))
-    if workers <= 1 or len(unique) <= 1:
+    cards = {}
+    for argv in unique:
+        cards.setdefault(card_of(argv), []).append(argv)
+    if workers <= 1 or len(cards) <= 1:
         return
-    with ThreadPoolExecutor(max_workers=min(workers, len(unique))) as pool:
-        answers = list(pool.map(lambda argv: module.run_command(list(argv), environ_update={"LC_ALL": "C"}),
-                                unique))
+    with ThreadPoolExecutor(max_workers=min(workers, len(cards))) as pool:
+        answered = pool.map(lambda group: [(argv, _quietly(module, argv)) for argv in group], cards.values())
+        answers = {argv: answer for group in answered for argv, answer in group if answer is not None}
     cache = getattr(module, _PREFETCHED, None)
     if cache is None:
         cache = {}
         setattr(module, _PREFETCHED, cache)
-    cache.update(zip(unique, answers, strict=True))
+    cache.update(answers)
 
 
 def read_text(path):

@@ -248,18 +248,18 @@ def known_from_host_state(state, hw):
     """Pure: the vendor reads of ``node_validation`` that this run's host read (the ``host_state`` module's
     result) already holds, for the compute rails of ``hw``, in the shapes ``check_node`` reads::
 
-        {"nv_config": {pci: {"params": {PARAM: {"current": raw, "next_boot": raw}}} | {"error": reason}},
-         "roce_accl": {pci: {"fields": {field: int}} | {"error": reason}},
+        {"nv_config": {pci: {"params": {PARAM: {"current": raw, "next_boot": raw}}}},
+         "roce_accl": {pci: {"fields": {field: int}}},
          "qos": {netdev: {trust, pfc, pfc_priorities, ecn_np, ecn_rp, cnp_dscp, roce_tos, mtu}}}
 
-    A rail the read does not cover (a tool not installed then, a role it did not read) is left out, and the
-    module reads it. ``{}`` without a state.
+    A rail the read does not hold is left out, and the module reads it live: a tool not installed then, a role
+    it did not read, and a device that refused the tool (a busy card answers once, and a live read-back gives
+    the tool's own reason). ``{}`` without a state.
     """
     if not state:
         return {}
     out = {"nv_config": {}, "roce_accl": {}, "qos": {}}
-    nv, nv_refused = state.get("nv_config") or {}, state.get("nv_config_refused") or {}
-    accl, accl_refused = state.get("roce_accl") or {}, state.get("roce_accl_refused") or {}
+    nv, accl = state.get("nv_config") or {}, state.get("roce_accl") or {}
     qos = state.get("qos") or {}
     for rail in (hw or {}).get("rails") or []:
         pci, netdev = rail["pci_address"], rail.get("netdev")
@@ -267,12 +267,8 @@ def known_from_host_state(state, hw):
             params = {param: {"current": row.get("current"), "next_boot": row.get("next_boot")}
                       for param, row in nv[pci].items()}
             out["nv_config"][pci] = {"params": params}
-        elif pci in nv_refused:
-            out["nv_config"][pci] = {"error": nv_refused[pci]}
         if pci in accl:
             out["roce_accl"][pci] = {"fields": accl[pci]}
-        elif pci in accl_refused:
-            out["roce_accl"][pci] = {"error": accl_refused[pci]}
         if netdev and netdev in qos:
             read = qos[netdev]
             pfc = read.get("pfc")

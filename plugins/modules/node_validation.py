@@ -208,8 +208,8 @@ def _fabric_manager_version(module):
 def _prefetch(module, rails, expect, workers):
     """Start the per-rail vendor reads observe() makes side by side (node_reads.prefetch)."""
     argvs = []
-    smi, mlxconfig_bin, mlxreg_bin, qos_bin = (module.get_bin_path(tool)
-                                               for tool in ("nvidia-smi", "mlxconfig", "mlxreg", "mlnx_qos"))
+    smi, mlxreg_bin, qos_bin = (module.get_bin_path(tool) for tool in ("nvidia-smi", "mlxreg", "mlnx_qos"))
+    mlxconfig_bin = _mlxconfig_bin(module)
     if smi:
         argvs.append([smi, "-q"])
     if mlxconfig_bin and (expect.get("nv_config") or expect.get("nv_config_settled")):
@@ -221,8 +221,13 @@ def _prefetch(module, rails, expect, workers):
     node_reads.prefetch(module, argvs, workers)
 
 
+def _mlxconfig_bin(module):
+    """``mlxconfig`` (MFT/DOCA), else mstflint's ``mstconfig`` (the same query), as the host read finds it."""
+    return module.get_bin_path("mlxconfig") or module.get_bin_path("mstconfig")
+
+
 def _read_nv_config(module, pci_address):
-    binary = module.get_bin_path("mlxconfig")
+    binary = _mlxconfig_bin(module)
     if not binary:
         return {"error": "mlxconfig not installed"}
     rc, out, err = _run(module, [binary, "-d", pci_address, "-e", "q"])

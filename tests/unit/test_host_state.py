@@ -239,7 +239,7 @@ def test_prefetched_answers_are_taken_once():
     runs = []
 
     class Module:
-        def run_command(self, argv, environ_update=None):
+        def run_command(self, argv, environ_update=None, handle_exceptions=True):
             runs.append(list(argv))
             return 0, f"{' '.join(argv)} #{len(runs)}", ""
 
@@ -252,6 +252,45 @@ def test_prefetched_answers_are_taken_once():
     node_reads.prefetch(module, [["c"]], workers=4)
     node_reads.prefetch(module, [["d"], ["e"]], workers=1)
     assert len(runs) == 3
+
+
+def test_prefetch_reads_one_card_at_a_time_and_leaves_a_command_that_cannot_start_to_run():
+    """Both functions of a dual-port card (and mlxconfig and mlxreg on one function) share the card's firmware
+    semaphore: their commands run one after the other, other cards alongside. A command that cannot start is
+    not kept: run() starts it again and reports its error as it would have (no fail_json from a thread)."""
+    import threading
+    import time
+
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads
+
+    lock, active, overlap = threading.Lock(), {}, []
+
+    class Module:
+        def run_command(self, argv, environ_update=None, handle_exceptions=True):
+            card = node_reads.card_of(argv)
+            with lock:
+                if active.get(card):
+                    overlap.append(card)
+                active[card] = active.get(card, 0) + 1
+            time.sleep(0.01)
+            with lock:
+                active[card] -= 1
+            if argv[0] == "missing":
+                raise OSError(2, "No such file or directory")
+            return 0, " ".join(argv), ""
+
+    assert node_reads.card_of(["mlxconfig", "-d", "0000:18:00.1", "-e", "q"]) == "0000:18:00"
+    assert node_reads.card_of(["mlnx_qos", "-i", "eth0"]) == ("mlnx_qos", "-i", "eth0")
+    module = Module()
+    argvs = [["mlxconfig", "-d", "0000:18:00.0", "-e", "q"], ["mlxconfig", "-d", "0000:18:00.1", "-e", "q"],
+             ["mlxreg", "-d", "0000:18:00.0", "--reg_name", "ROCE_ACCL", "--get"],
+             ["mlxconfig", "-d", "0000:29:00.0", "-e", "q"], ["missing", "-i", "eth0"]]
+    node_reads.prefetch(module, argvs, workers=8)
+    assert overlap == []
+    kept = getattr(module, node_reads._PREFETCHED)
+    assert sorted(kept) == sorted(tuple(a) for a in argvs[:4])
+    with pytest.raises(OSError):
+        node_reads.run(module, ["missing", "-i", "eth0"])
 
 
 def test_read_sees_a_pending_nv_config_and_a_vf_change(sim):
