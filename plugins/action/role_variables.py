@@ -7,27 +7,20 @@ from __future__ import annotations
 
 import os
 
-import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
 
 
-def known_options(role_path, loader=None):
-    """The option names of the role's ``meta/argument_specs.yml`` entry point ``main``.
-
-    With Ansible's ``loader`` (the action's): the file as Ansible parsed it when it loaded the role (its
-    DataLoader keeps every file it parsed, and the task's worker inherits that), not parsed again per host
-    and role; without one (a test), parsed here."""
+def known_options(role_path, loader):
+    """The option names of the role's ``meta/argument_specs.yml`` entry point ``main``, as Ansible's ``loader``
+    (the action's) parsed the file when it loaded the role: its DataLoader keeps every file it parsed, and the
+    task's worker inherits that, so the file is not parsed again per host and role."""
     path = os.path.join(role_path, "meta", "argument_specs.yml")
     try:
-        if loader is not None:
-            specs = loader.load_from_file(path, unsafe=True) or {}  # read-only use: no deep copy
-        else:
-            with open(path, encoding="utf-8") as handle:
-                specs = yaml.safe_load(handle) or {}
+        specs = loader.load_from_file(path, unsafe=True) or {}  # read-only use: no deep copy
         return sorted((specs["argument_specs"]["main"].get("options") or {}).keys())
-    except (OSError, AnsibleError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, AnsibleError, KeyError, TypeError, AttributeError) as exc:
         raise AnsibleActionFail(f"role_variables: cannot read the options of {path}: {exc}") from exc
 
 

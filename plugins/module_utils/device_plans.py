@@ -30,7 +30,6 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
     unknown_reason,
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import plan as nv_plan
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import plan as vf_plan_of
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.sriov import validate_request
 
@@ -50,10 +49,8 @@ def nv_config_plan(state, devices, skip_unsupported=False):
         return {"run": False, "reason": "no device has NV config settings", "changes": {}, "result": {}}
     if not _tool(state, "mlxconfig") or "nv_config" not in state:
         return _run("mlxconfig was not installed when the host was read")
-    try:
-        blocks = {device: block_of(device, config) for device, config in state["nv_config"].items()}
-    except ParseError:
-        return _run("the NV config read holds a value mlxconfig does not print (the module reads it again)")
+    # The read returns the printed text (config_of); the plan reads the parsed rows.
+    blocks = {device: block_of(device, config) for device, config in state["nv_config"].items()}
     refused = state.get("nv_config_refused") or {}
     missing = [d["device"] for d in devices if d["device"] not in blocks and d["device"] not in refused]
     if missing:

@@ -99,7 +99,7 @@ def read_qos(module, root, netdev, rdma_device):
     binary = module.get_bin_path("mlnx_qos")
     if not binary:
         return {"error": "mlnx_qos not installed"}
-    rc, out, err = run(module, [binary, "-i", netdev])
+    rc, out, err = run(module, rdma_tools.mlnx_qos_read_argv(binary, netdev))
     if rc != 0:
         return {"error": f"mlnx_qos -i {netdev}: exit status {rc}: {(err or out).strip()}"}
     try:
@@ -129,7 +129,7 @@ def read_roce_accl(module, pci_address):
     binary = module.get_bin_path("mlxreg")
     if not binary:
         return {"error": "mlxreg not installed"}
-    rc, out, err = run(module, [binary, "-d", pci_address, "--reg_name", "ROCE_ACCL", "--get"])
+    rc, out, err = run(module, mlxreg.get_argv(binary, pci_address))
     try:
         parsed = mlxreg.parse_get(out)
     except ParseError as exc:

@@ -183,6 +183,16 @@ def _receive_buffer(text, tool, line, lineno):
     return sizes, extra
 
 
+def mlnx_qos_read_argv(binary, netdev):
+    """The QoS read of one netdev: ``mlnx_qos -i <netdev>`` (parse_mlnx_qos reads its output)."""
+    return [binary, "-i", netdev]
+
+
+def cma_roce_tos_read_argv(binary, rdma_device):
+    """The default RoCE ToS read of one RDMA device: ``cma_roce_tos -d <device>`` (parse_cma_roce_tos)."""
+    return [binary, "-d", rdma_device]
+
+
 def parse_mlnx_qos(text):
     """``mlnx_qos -i <if> [...]`` -> ``{"dcbx_mode", "trust", "dscp2prio": {prio: [dscp, ...]},
     "prio_of_dscp": {dscp: prio}, "cable_len", "receive_buffer_size", "max_buffer_size",

@@ -24,6 +24,8 @@ import os
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.rdma_tools import (
+    cma_roce_tos_read_argv,
+    mlnx_qos_read_argv,
     parse_cma_roce_tos,
     parse_mlnx_qos,
     read_traffic_class,
@@ -153,10 +155,10 @@ def read_state(run, sysfs_root, netdev, rdma_device):
     ParseError propagates. Shared by the ``roce_qos`` and ``host_state`` modules.
     """
     files = paths(sysfs_root, netdev, rdma_device)
-    qos = parse_mlnx_qos(run(["mlnx_qos", "-i", netdev]))
+    qos = parse_mlnx_qos(run(mlnx_qos_read_argv("mlnx_qos", netdev)))
     ecn = {field: (None if read_text(files[field][0]) is None else [read_text(p) or "" for p in files[field]])
            for field in ECN_POINTS}
-    cma = parse_cma_roce_tos(run(["cma_roce_tos", "-d", rdma_device])) if rdma_device else None
+    cma = parse_cma_roce_tos(run(cma_roce_tos_read_argv("cma_roce_tos", rdma_device))) if rdma_device else None
     state = state_from(qos, ecn, read_text(files["cnp_dscp"]),
                        read_text(files["traffic_class"]) if rdma_device else None, cma, read_text(files["mtu"]))
     return state, files

@@ -262,7 +262,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import management as mgmt
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import neighbors as nb
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads, roce_qos
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads, rdma_tools, roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import (
     ARGUMENT_SPEC,
     DiscoveryError,
@@ -313,8 +313,9 @@ class Reader:
         argvs = [query_argv(tools["mlxconfig"], d) for d in nv_devices if tools["mlxconfig"]]
         argvs += [get_argv(tools["mlxreg"], d) for d in accl_devices if tools["mlxreg"]]
         if tools["mlnx_qos"] and tools["cma_roce_tos"]:
-            argvs += [[tools["mlnx_qos"], "-i", n["netdev"]] for n in qos_nics]
-            argvs += [[tools["cma_roce_tos"], "-d", n["rdma_device"]] for n in qos_nics if n.get("rdma_device")]
+            argvs += [rdma_tools.mlnx_qos_read_argv(tools["mlnx_qos"], n["netdev"]) for n in qos_nics]
+            argvs += [rdma_tools.cma_roce_tos_read_argv(tools["cma_roce_tos"], n["rdma_device"])
+                      for n in qos_nics if n.get("rdma_device")]
         if tools["nvidia-smi"]:
             argvs.append([tools["nvidia-smi"], "-q"])
         node_reads.prefetch(self.module, argvs, workers)

@@ -162,9 +162,16 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxconfig, mlxreg, node_reads, nvidia_smi
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import (
+    mlxconfig,
+    mlxreg,
+    node_reads,
+    nvidia_smi,
+    rdma_tools,
+)
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import query_argv
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, verdict
@@ -213,11 +220,11 @@ def _prefetch(module, rails, expect, workers):
     if smi:
         argvs.append([smi, "-q"])
     if mlxconfig_bin and (expect.get("nv_config") or expect.get("nv_config_settled")):
-        argvs += [[mlxconfig_bin, "-d", rail["pci_address"], "-e", "q"] for rail in rails["nv_config"]]
+        argvs += [query_argv(mlxconfig_bin, rail["pci_address"]) for rail in rails["nv_config"]]
     if mlxreg_bin and expect.get("roce_accl"):
         argvs += [mlxreg.get_argv(mlxreg_bin, rail["pci_address"]) for rail in rails["roce_accl"]]
     if qos_bin and expect.get("qos"):
-        argvs += [[qos_bin, "-i", rail["netdev"]] for rail in rails["qos"]]
+        argvs += [rdma_tools.mlnx_qos_read_argv(qos_bin, rail["netdev"]) for rail in rails["qos"]]
     node_reads.prefetch(module, argvs, workers)
 
 
@@ -230,7 +237,7 @@ def _read_nv_config(module, pci_address):
     binary = _mlxconfig_bin(module)
     if not binary:
         return {"error": "mlxconfig not installed"}
-    rc, out, err = _run(module, [binary, "-d", pci_address, "-e", "q"])
+    rc, out, err = _run(module, query_argv(binary, pci_address))
     try:
         parsed = mlxconfig.parse_query(out)
     except ParseError as exc:
