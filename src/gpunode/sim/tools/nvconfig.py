@@ -20,24 +20,43 @@ Enum members and ranges no sample shows are marked inferred below.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 _BOOL = {"False": 0, "True": 1}
 
 
-@dataclass(frozen=True)
 class Param:
-    name: str
-    kind: str  # bool | enum | int | array
-    default: int | None = 0
-    options: dict = field(default_factory=dict)  # enum: NAME -> number
-    low: int = 0
-    high: int = 0xFFFFFFFF
-    length: int = 0  # array
-    port: bool = False
-    hidden: bool = False  # shown (and settable) only once ADVANCED_PCI_SETTINGS is 1
-    models: tuple = ("cx7", "cx6dx", "cx6lx", "bf3")
-    dual_only: bool = False
+    """One NV config parameter, read-only. A plain class: every simulated tool call imports this module, and
+    importing ``dataclasses`` (with ``inspect``) cost each call about 6 ms."""
+
+    __slots__ = ("name", "kind", "default", "options", "low", "high", "length", "port", "hidden", "models",
+                 "dual_only")
+
+    def __init__(self, name: str, kind: str, default: int | None = 0, options: dict | None = None, *,
+                 low: int = 0, high: int = 0xFFFFFFFF, length: int = 0, port: bool = False, hidden: bool = False,
+                 models: tuple = ("cx7", "cx6dx", "cx6lx", "bf3"), dual_only: bool = False):
+        values = {"name": name, "kind": kind,  # kind: bool | enum | int | array
+                  "default": default, "options": {} if options is None else options,  # enum: NAME -> number
+                  "low": low, "high": high, "length": length,  # length: array
+                  "port": port,
+                  "hidden": hidden,  # shown (and settable) only once ADVANCED_PCI_SETTINGS is 1
+                  "models": models, "dual_only": dual_only}
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"Param is read-only: cannot set {key}")
+
+    def _key(self) -> tuple:
+        return tuple(getattr(self, key) if key != "options" else tuple(self.options.items()) for key in self.__slots__)
+
+    def __eq__(self, other):
+        return isinstance(other, Param) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"Param({self.name!r}, {self.kind!r})"
 
     def render(self, value) -> str:
         if self.kind == "array":
