@@ -18,7 +18,7 @@ description:
     plugins on most task lines, so without this callback each such task line and host pays the import of the
     plugin and its module_utils. On the three-host simulated fleet that was about 3 s of a 19 s re-run of
     C(playbooks/site.yml) (BENCHMARKS.md).
-  - When the playbook starts, this callback loads every filter and action plugin of the collection, and the
+  - When the playbook starts, this callback loads every filter, lookup and action plugin of the collection, and the
     C(ansible.builtin) action plugins the roles use, into the ansible-playbook process. Every worker forked
     after that inherits them.
   - It prints nothing and changes no task, result or variable. A plugin that cannot be loaded is left alone
@@ -41,7 +41,7 @@ import importlib
 import pkgutil
 
 from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import filter_loader
+from ansible.plugins.loader import filter_loader, lookup_loader
 
 COLLECTION = "mlplatform.gpunode"
 _PACKAGE = "ansible_collections.mlplatform.gpunode.plugins"
@@ -64,15 +64,23 @@ def _submodules(package_name):
 
 
 def preload(log=None):
-    """Load the collection's filters (through Ansible's filter loader, so that its per-process lookup caches
-    are filled too), import its action plugins and the builtin ones in BUILTIN_ACTIONS. Returns the loaded
-    filter names and the imported module names; ``log(message)`` is called for each plugin that did not load."""
+    """Load the collection's filters and lookups (through Ansible's plugin loaders, so that their per-process
+    caches are filled too), import its action plugins and the builtin ones in BUILTIN_ACTIONS. Returns the
+    loaded filter and lookup names and the imported module names; ``log(message)`` is called for each plugin
+    that did not load."""
     filters, modules = [], []
     for module_name in _submodules(f"{_PACKAGE}.filter"):
         try:
             names = sorted(importlib.import_module(module_name).FilterModule().filters())
             filters.extend(name for name in names if filter_loader.get(f"{COLLECTION}.{name}") is not None)
         except Exception as exc:  # noqa: BLE001 -- the task that uses the filter reports it; a preload must not
+            if log:
+                log(f"preload: {module_name} not loaded: {exc}")
+    for module_name in _submodules(f"{_PACKAGE}.lookup"):
+        try:
+            if lookup_loader.get(f"{COLLECTION}.{module_name.rsplit('.', 1)[1]}") is not None:
+                filters.append(module_name.rsplit(".", 1)[1])
+        except Exception as exc:  # noqa: BLE001 -- as above: the task that uses the lookup reports the error
             if log:
                 log(f"preload: {module_name} not loaded: {exc}")
     action_modules = _submodules(f"{_PACKAGE}.action") + [f"ansible.plugins.action.{name}" for name in BUILTIN_ACTIONS]
@@ -96,5 +104,5 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_start(self, playbook):
         filters, modules = preload(log=self._display.vvv)
-        self._display.vvv(f"preload: {len(filters)} filters and {len(modules)} action plugins loaded "
+        self._display.vvv(f"preload: {len(filters)} filters and lookups and {len(modules)} action plugins loaded "
                           "before the workers fork")
