@@ -24,7 +24,7 @@ description:
   - It prints nothing and changes no task, result or variable. A plugin that cannot be loaded is left alone
     here (logged at verbosity 3); the task that uses it reports the error as it would without this callback.
   - The collection's C(ansible.cfg) enables it. With another configuration, add
-    C(mlplatform.gpunode.preload) to O(callbacks_enabled) (or E(ANSIBLE_CALLBACKS_ENABLED)); the playbooks
+    C(mlplatform.gpunode.preload) to C(callbacks_enabled) (or E(ANSIBLE_CALLBACKS_ENABLED)); the playbooks
     work the same without it, only slower.
 requirements:
   - Enabled in C(callbacks_enabled) (C([defaults]) of C(ansible.cfg)) or E(ANSIBLE_CALLBACKS_ENABLED).
