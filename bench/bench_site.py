@@ -44,6 +44,7 @@ CONTROLLER_ACTIONS = {
     "set_fact", "debug", "assert", "fail", "meta", "include_tasks", "import_tasks", "include_role", "import_role",
     "include_vars", "add_host", "group_by", "set_stats", "pause", "fleet_contract", "validate_argument_spec",
     "role_variables",  # an action plugin that only reads variables on the controller
+    "checks",  # an action plugin that only evaluates conditions on the controller (_requires_connection False)
 }
 
 
