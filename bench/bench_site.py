@@ -259,6 +259,13 @@ def scale_section(rows: list[tuple[int, dict]], commit: str) -> str:
         lines.append(f"| {n} | {rerun['seconds']:.1f} s | {rerun['seconds'] / n:.1f} s | {r['floor']:.1f} s | "
                      f"{rerun['seconds'] / r['floor']:.1f}× | {min(trips)}–{max(trips)} | "
                      f"{sum(v or 0 for v in rerun['changed'].values())} |")
+    notes = []
+    for n, r in rows:  # a failed host is no idempotent re-run: say which, where and why
+        for label, result in (("fresh provision", r["fresh"]), ("re-run", r["rerun"])):
+            for name, msgs in sorted(result["failed_tasks"].items()):
+                notes.append(f"- {n} hosts, {label}: {name}: {'; '.join(msgs)}")
+    if notes:
+        lines += ["", "Failed tasks (these hosts' figures are not those of an idempotent re-run):", *notes]
     return "\n".join(lines + [SCALE_END])
 
 
@@ -272,13 +279,13 @@ def update(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path)
-    parser.add_argument("--keep", action="store_true", help="leave the bn- hosts running")
+    parser.add_argument("--keep", action="store_true", help="leave the hosts running (bn-, or bs- with --fleet)")
     parser.add_argument("--fleet", help="comma-separated fleet sizes (e.g. 2,8,16): the re-run at each size "
                                         "instead of the three-host run")
     args = parser.parse_args()
     if args.fleet:
         commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
-        rows = [(n, run(False, scale_hosts(n), port=KAPI_PORT + 1, name=f"bench-{n}", repeats=1))
+        rows = [(n, run(args.keep, scale_hosts(n), port=KAPI_PORT + 1, name=f"bench-{n}", repeats=1))
                 for n in (int(x) for x in args.fleet.split(","))]
         text = scale_section(rows, commit)
         print(text)
