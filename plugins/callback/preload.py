@@ -21,6 +21,13 @@ description:
   - When the playbook starts, this callback loads every filter, lookup and action plugin of the collection, and the
     C(ansible.builtin) action plugins the roles use, into the ansible-playbook process. Every worker forked
     after that inherits them.
+  - Before each task starts, it also moves every object ansible-playbook holds into Python's permanent
+    garbage-collector generation (C(gc.freeze), the CPython documentation's advice for a process that forks
+    workers). A worker's collections then walk only the objects it makes itself, instead of every inherited
+    one, which also spares the copy-on-write of their pages. On the three-host simulated fleet this took about
+    1 s off a 17.5 s re-run (BENCHMARKS.md). The price is that a reference cycle ansible-playbook made before
+    a task and dropped after it is not freed until the run ends; the run measured grew by about 2 MB of
+    90 MB.
   - It prints nothing and changes no task, result or variable. A plugin that cannot be loaded is left alone
     here (logged at verbosity 3); the task that uses it reports the error as it would without this callback.
   - The collection's C(ansible.cfg) enables it. With another configuration, add
@@ -32,11 +39,15 @@ seealso:
   - name: Ansible configuration, CALLBACKS_ENABLED
     description: How to enable a callback plugin.
     link: https://docs.ansible.com/ansible/latest/reference_appendices/config.html#callbacks-enabled
+  - name: Python, gc.freeze
+    description: Freeze all objects tracked by the garbage collector, before a fork.
+    link: https://docs.python.org/3/library/gc.html#gc.freeze
   - name: Ansible, controlling playbook execution (forks and strategies)
     description: Ansible runs each task in forked worker processes.
     link: https://docs.ansible.com/ansible/latest/playbook_guide/playbooks_strategies.html
 """
 
+import gc
 import importlib
 import pkgutil
 
@@ -106,3 +117,10 @@ class CallbackModule(CallbackBase):
         filters, modules = preload(log=self._display.vvv)
         self._display.vvv(f"preload: {len(filters)} filters and lookups and {len(modules)} action plugins loaded "
                           "before the workers fork")
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        # The strategy forks this task's workers after this call: they inherit a frozen heap.
+        gc.freeze()
+
+    def v2_playbook_on_handler_task_start(self, task):
+        gc.freeze()

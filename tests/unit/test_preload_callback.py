@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -96,10 +97,26 @@ def test_the_repository_ansible_cfg_enables_it_and_a_playbook_runs_it(tmp_path):
             - name: Plan a file against an empty host state
               ansible.builtin.debug:
                 msg: "{{ {'files': {}} | mlplatform.gpunode.file_plan('/etc/x', 'abc') }}"
+
+            - name: Count the objects frozen in this task's worker
+              ansible.builtin.debug:
+                msg: "FROZEN {{ 0 | frozen_in_worker }}"
+        """))
+    # A filter runs in the worker: it reports what the worker inherited from ansible-playbook.
+    (tmp_path / "filters").mkdir()
+    (tmp_path / "filters" / "frozen.py").write_text(textwrap.dedent("""\
+        import gc
+        class FilterModule:
+            def filters(self):
+                return {"frozen_in_worker": lambda _: gc.get_freeze_count()}
         """))
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
-                          capture_output=True, text=True, env=ENV, check=False, timeout=300)
+                          capture_output=True, text=True, check=False, timeout=300,
+                          env={**ENV, "ANSIBLE_FILTER_PLUGINS": str(tmp_path / "filters")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The worker's heap came frozen: its collections do not walk the inherited objects.
+    frozen = int(re.search(r"FROZEN (\d+)", proc.stdout).group(1))
+    assert frozen > 10000, frozen
     count = len(documented_filters())
     line = next(line for line in proc.stdout.splitlines() if line.startswith("preload: "))
     assert int(line.split()[1]) >= count, line
