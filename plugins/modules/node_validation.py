@@ -48,6 +48,27 @@ options:
       - The GPUs, the driver, the links, the affinity and the VF counts are always read.
     type: dict
     default: {}
+  result_files:
+    description:
+      - Also read the host's machine-readable result files in this call, as M(mlplatform.gpunode.result_files) does
+        with the same options, and return them in RV(result_files). The validation role uses it so that the
+        report does not read the host again (one round trip less a host).
+      - Left out, nothing is read.
+    type: dict
+    suboptions:
+      path:
+        description: The directory the roles write their results to.
+        type: path
+        required: true
+      patterns:
+        description: Shell-style patterns (C(fnmatch)) of the file names to read; subdirectories are not read.
+        type: list
+        elements: str
+        default: ["*.json"]
+      max_bytes:
+        description: The largest file read, in bytes; a larger file fails the task, naming it.
+        type: int
+        default: 4194304
   expect:
     description: What the roles declared. A key left out (or null) is not checked.
     type: dict
@@ -157,6 +178,14 @@ observed:
   description: The raw read-back (nvidia-smi, per-NIC link and VF state, NV config, ROCE_ACCL, QoS) for debugging.
   returned: always
   type: dict
+result_files:
+  description:
+    - With O(result_files), file name -> C({content (UTF-8 text), sha256 (hex), size (bytes)}), in name order, as
+      M(mlplatform.gpunode.result_files) returns them (RV(mlplatform.gpunode.result_files#module:files)); empty when
+      the directory is missing.
+  returned: when O(result_files) is set
+  type: dict
+  sample: {"discovery.json": {"content": "{\"rails\": []}\n", "sha256": "9f2a...", "size": 15}}
 """
 
 import os
@@ -174,6 +203,12 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles impor
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import query_argv
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.result_files import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_PATTERNS,
+    ResultFilesError,
+    read_result_files,
+)
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, verdict
 
 _run = node_reads.run
@@ -302,6 +337,11 @@ def main():
             "expect": {"type": "dict", "default": {}, "options": expect_spec},
             "read_workers": {"type": "int", "default": 8},
             "known": {"type": "dict", "default": {}},
+            "result_files": {"type": "dict", "options": {
+                "path": {"type": "path", "required": True},
+                "patterns": {"type": "list", "elements": "str", "default": list(DEFAULT_PATTERNS)},
+                "max_bytes": {"type": "int", "default": DEFAULT_MAX_BYTES},
+            }},
         },
         supports_check_mode=True,
     )
@@ -322,7 +362,14 @@ def main():
         module.fail_json(msg=f"node_validation: {exc}", sysfs_root=module.params["sysfs_root"])
     checks = check_node(hw, observed, expect)
     passed, failures = verdict(checks, [])
-    module.exit_json(changed=False, passed=passed, failures=failures, checks=checks, observed=observed)
+    extra = {}
+    wanted = module.params["result_files"]
+    if wanted:
+        try:
+            extra["result_files"] = read_result_files(wanted["path"], wanted["patterns"], wanted["max_bytes"])
+        except ResultFilesError as exc:
+            module.fail_json(msg=f"node_validation: result_files: {exc}")
+    module.exit_json(changed=False, passed=passed, failures=failures, checks=checks, observed=observed, **extra)
 
 
 if __name__ == "__main__":

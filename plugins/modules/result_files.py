@@ -60,50 +60,31 @@ files:
   sample: {"validation.json": {"content": "{\"passed\": true}\n", "sha256": "5c1d...", "size": 17}}
 """
 
-import fnmatch
-import hashlib
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.result_files import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_PATH,
+    DEFAULT_PATTERNS,
+    ResultFilesError,
+    read_result_files,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "default": "/var/lib/gpunode"},
-            "patterns": {"type": "list", "elements": "str", "default": ["*.json"]},
-            "max_bytes": {"type": "int", "default": 4 * 1024 * 1024},
+            "path": {"type": "path", "default": DEFAULT_PATH},
+            "patterns": {"type": "list", "elements": "str", "default": list(DEFAULT_PATTERNS)},
+            "max_bytes": {"type": "int", "default": DEFAULT_MAX_BYTES},
         },
         supports_check_mode=True,
     )
     name_the_host(module, "result_files")
-    path, patterns, limit = module.params["path"], module.params["patterns"], module.params["max_bytes"]
-    if limit < 1:
-        module.fail_json(msg=f"result_files: max_bytes must be a positive number of bytes, got {limit}")
     try:
-        names = sorted(os.listdir(path))
-    except FileNotFoundError:
-        module.exit_json(changed=False, files={})
-    except OSError as exc:
-        module.fail_json(msg=f"result_files: cannot list {path}: {exc.strerror or exc}")
-    files = {}
-    for name in names:
-        full = os.path.join(path, name)
-        if not any(fnmatch.fnmatchcase(name, p) for p in patterns) or not os.path.isfile(full):
-            continue
-        try:
-            with open(full, "rb") as handle:
-                data = handle.read(limit + 1)
-        except OSError as exc:
-            module.fail_json(msg=f"result_files: cannot read {full}: {exc.strerror or exc}")
-        if len(data) > limit:
-            module.fail_json(msg=f"result_files: {full} is larger than max_bytes ({limit} bytes)")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            module.fail_json(msg=f"result_files: {full} is not UTF-8 text ({exc.reason} at byte {exc.start})")
-        files[name] = {"content": text, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        files = read_result_files(module.params["path"], module.params["patterns"], module.params["max_bytes"])
+    except ResultFilesError as exc:
+        module.fail_json(msg=f"result_files: {exc}")
     module.exit_json(changed=False, files=files)
 
 

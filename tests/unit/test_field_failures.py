@@ -26,6 +26,7 @@ from ansible_collections.mlplatform.gpunode.plugins.modules import ib_write_bw a
 from ansible_collections.mlplatform.gpunode.plugins.modules import mlxconfig as mlxconfig_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import nic_info as nic_info_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation as node_validation_module
+from ansible_collections.mlplatform.gpunode.plugins.modules import result_files as result_files_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import roce_qos as roce_qos_module
 from ansible_collections.mlplatform.gpunode.plugins.modules import sriov_vfs as sriov_vfs_module
 from module_harness import FailJson, patch_exits, run_module
@@ -175,6 +176,28 @@ def test_1_node_validation_module_passes_the_qos_check_on_a_newer_build(hgx, new
     qos = [c for c in result["checks"] if c["check"] == "qos" and c["netdev"] == netdev]
     assert len(qos) == 1 and qos[0]["status"] == "pass", qos
     assert qos[0]["found"] == {"trust": "dscp", "pfc_priorities": [3]}
+
+
+def test_node_validation_returns_the_same_files_in_its_read_back(tmp_path, hgx, newer_tools):
+    """The validation read-back reads the result files in the same call (the report then does not read the host
+    again): the same files, digests and errors as result_files, and nothing when not asked."""
+    root, _rails = hgx
+    hw = run_module(nic_info_module.main, {"sysfs_root": str(root)})
+    hw = {k: hw[k] for k in ("platform", "gpus", "nics", "rails", "nvswitches", "gpus_without_rail")}
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "discovery.json").write_text('{"rails": []}\n')
+    (results / "notes.txt").write_text("not a result\n")
+    args = {"sysfs_root": str(root), "hw": hw}
+    assert "result_files" not in run_module(node_validation_module.main, args)
+    read = run_module(node_validation_module.main, {**args, "result_files": {"path": str(results)}})
+    assert read["result_files"] == run_module(result_files_module.main, {"path": str(results)})["files"]
+    assert list(read["result_files"]) == ["discovery.json"]
+    (results / "big.json").write_text("x" * 100)
+    failed = run_module(node_validation_module.main, {**args, "result_files": {"path": str(results), "max_bytes": 10}},
+                        expect=FailJson)
+    assert failed["msg"] == (f"node_validation on {socket.gethostname()}: result_files: {results / 'big.json'} "
+                             "is larger than max_bytes (10 bytes)")
 
 
 # -- 2. ibdev2netdev through column -t -------------------------------------------------------------
