@@ -103,11 +103,15 @@ def gather(hostvars, hosts, sources=None, fabric_var="gpunode_fabric", result_fa
                 raise ValueError(f"{host}: {source} must be a list of contract entries, got {type(value).__name__}")
             contracts[source] = value
         facts = {stem: fleet.get(host, var) for stem, var in result_facts.items()}
-        result = fleet.get(host, host_files_var, {}) if host_files_var else {}
         files = {}
-        if isinstance(result, dict) and result and not result.get("failed") and not result.get("skipped"):
-            registered[host] = result
-            files = {n: e.get("content") for n, e in (result.get("files") or {}).items() if isinstance(e, dict)}
+        # The first of the variables that holds a read (a registered read that was skipped or failed, or a
+        # variable that is unset or null, gives way to the next).
+        for name in [host_files_var] if isinstance(host_files_var, str) else (host_files_var or []):
+            result = fleet.get(host, name, {})
+            if isinstance(result, dict) and result and not result.get("failed") and not result.get("skipped"):
+                registered[host] = result
+                files = {n: e.get("content") for n, e in (result.get("files") or {}).items() if isinstance(e, dict)}
+                break
         fabric = fleet.get(host, fabric_var)
         hosts_data[host] = {"fabric": str(fabric) if fabric not in (None, "") else "default",
                             "contracts": contracts, "facts": facts, "files": files}
@@ -184,8 +188,12 @@ class ActionModule(ActionBase):
         for name, kind in (("kueue", list), ("run", dict)):
             if args.get(name) is not None and not isinstance(args[name], kind):
                 raise AnsibleActionFail(f"fleet_report: {name} must be a {kind.__name__}")
+        host_files_var = args.get("host_files_var")
+        if host_files_var is not None and not isinstance(host_files_var, str) and not (
+                isinstance(host_files_var, list) and all(isinstance(n, str) for n in host_files_var)):
+            raise AnsibleActionFail("fleet_report: host_files_var must be a variable name or a list of them")
         try:
             return gather(task_vars["hostvars"], hosts, sources, str(args.get("fabric_var") or "gpunode_fabric"),
-                          result_facts, args.get("host_files_var"))
+                          result_facts, host_files_var)
         except ValueError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from None

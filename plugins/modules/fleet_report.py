@@ -100,7 +100,10 @@ options:
     description:
       - With O(from_facts), the host variable holding the registered M(mlplatform.gpunode.result_files) result
         (the host's result files, recorded under C(<input>/hosts/<host>/)); as O(host_files), from every host at once.
-    type: str
+      - A list of such variables is tried in order, per host. The first that holds a read is used; a variable
+        that is unset or null, or a registered read that was skipped or failed, gives way to the next. The
+        C(site.yml) report names its own read first, then the validation role's C(validation_result_files).
+    type: raw
   kueue:
     description: With O(from_facts), the Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue) to show.
     type: list

@@ -376,3 +376,34 @@ def test_report_from_facts_refuses_a_result_file_that_is_not_json_and_writes_not
     facts = _facts_fleet(hw)
     facts["hgx01"]["__report_results"]["files"]["validation.json"]["content"] = "{not json"
     assert _report_action(args, facts)["changed"] is True
+
+
+def test_report_takes_the_files_from_the_validation_read_back_when_its_own_read_was_skipped(hw, tmp_path):
+    """site.yml: the report play's read is skipped where this run's validation read the result files
+    (validation_result_files); the list of variables is tried in order per host, and the same files are recorded
+    as the report's own read would record. A host with neither records no file; a name that is not a string
+    list is refused."""
+    from ansible.errors import AnsibleActionFail
+
+    own = _facts_fleet(hw)
+    facts = _facts_fleet(hw)
+    facts["dgx01"]["validation_result_files"] = {"path": "/var/lib/gpunode",
+                                                 "files": facts["dgx01"].pop("__report_results")["files"]}
+    facts["dgx01"]["__report_results"] = {"changed": False, "skipped": True, "skip_reason": "Conditional result"}
+    facts["hgx01"]["validation_result_files"] = None  # not read by validation: the report's own read is used
+    args = {"input": str(tmp_path / "own"), "from_facts": True, "host_files_var": "__report_results"}
+    _report_action(args, own)
+    args = {"input": str(tmp_path / "results"), "from_facts": True,
+            "host_files_var": ["__report_results", "validation_result_files"]}
+    assert _report_action(args, facts)["changed"] is True
+    for host in ("dgx01", "hgx01"):
+        names = sorted(p.name for p in (tmp_path / "own" / "hosts" / host).iterdir())
+        assert names == sorted(p.name for p in (tmp_path / "results" / "hosts" / host).iterdir())
+        for name in names:
+            assert ((tmp_path / "own" / "hosts" / host / name).read_text()
+                    == (tmp_path / "results" / "hosts" / host / name).read_text())
+    del facts["hgx01"]["__report_results"]
+    _report_action({**args, "input": str(tmp_path / "neither")}, facts)
+    assert not (tmp_path / "neither" / "hosts" / "hgx01").exists()
+    with pytest.raises(AnsibleActionFail, match="host_files_var must be a variable name or a list of them"):
+        _report_action({**args, "host_files_var": ["__report_results", 3]}, facts)
