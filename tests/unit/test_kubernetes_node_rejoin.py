@@ -61,3 +61,56 @@ def test_a_ready_node_of_the_same_name_stops_the_join(tmp_path, api):
     # The old Node is still there, untouched, and the token is not in the output.
     assert nodes.get(name="gpu-old").metadata.name == "gpu-old"
     assert "0123456789abcdef" not in out
+
+
+CONVERGED_PLAY = """---
+- name: Run the join tasks of kubernetes_node on hosts that joined in an earlier run
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Include the join tasks
+      ansible.builtin.include_role:
+        name: mlplatform.gpunode.kubernetes_node
+        tasks_from: join
+      vars:
+        __kubernetes_node_needs_join: false
+        __kubernetes_node_installed: {kubelet: "1.33.4-1.1"}
+        __kubernetes_node_state: {units: {kubelet.service: {enabled: enabled, active: active}}}
+        __kubernetes_node_kubelet_conf: "{{ kubernetes_node_kubeconfig }}"
+
+    - name: Show what the role published
+      ansible.builtin.debug:
+        msg: "REGISTERED {{ inventory_hostname }} {{ kubernetes_node_registered | to_json | b64encode }}"
+"""
+
+
+def test_a_joined_host_with_a_ready_node_is_not_asked_again(tmp_path, api):
+    """The re-run: one read of every Node on the controller. A joined host whose Node is Ready there (and whose
+    kubelet this run did not start) publishes the Node from that read, without running kubectl on the host; a
+    host whose Node the API server does not have Ready still waits for it through its kubelet (and fails here,
+    as before, when it never comes)."""
+    import base64
+    import json
+    import re
+
+    srv, dyn = api
+    nodes = dyn.resources.get(api_version="v1", kind="Node")
+    taint = {"key": "gpunode.mlplatform.io/not-validated", "value": "true", "effect": "NoSchedule"}
+    nodes.create(body={"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.present": "true"}},
+                       "spec": {"taints": [taint]},
+                       "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-a": {}, "gpu-b": {}}}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "kubernetes_node_kubeconfig": srv.kubeconfig, "kubernetes_node_api_server": "127.0.0.1:6443",
+        "kubernetes_node_join_token": "abcdef.0123456789abcdef", "kubernetes_node_ready_timeout": 0}}}
+    proc = run_play(tmp_path, inventory, CONVERGED_PLAY, "-v")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    registered = {m.group(1): json.loads(base64.b64decode(m.group(2)))
+                  for m in re.finditer(r"REGISTERED (\S+) (\S+)", out)}
+    assert registered == {"gpu-a": {"name": "gpu-a", "labels": {"nvidia.com/gpu.present": "true"},
+                                    "taints": [taint]}}
+    wait = out[out.index("Join | Wait for the kubelet"):out.index("Join | Publish the Node")]
+    assert "skipping: [gpu-a]" in wait
+    assert re.search(r"fatal: \[gpu-b\]: FAILED! .*NotFound", wait, re.S), wait
