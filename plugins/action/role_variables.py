@@ -10,6 +10,7 @@ import os
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.filter.inputs import unknown_variables
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.checks import parse_checks, run_checks
 
 
 def known_options(role_path, loader):
@@ -28,7 +29,14 @@ class ActionModule(ActionBase):
     """Warn about variables with the role's prefix that the role does not know."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("prefix", "published"))
+    _VALID_ARGS = frozenset(("prefix", "published", "checks"))
+
+    @classmethod
+    def finalize_task_arg(cls, name, value, templar, context):
+        # checks stay raw, as in the checks action: each condition and message is templated in run(), in order.
+        if name == "checks" and isinstance(value, list):
+            return value
+        return super().finalize_task_arg(name, value, templar, context)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars or {})  # refuses an option outside _VALID_ARGS, naming it
@@ -40,6 +48,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"role_variables: prefix must be a role prefix such as ofed_, got {prefix!r}")
         if not isinstance(published, list) or not all(isinstance(n, str) for n in published):
             raise AnsibleActionFail("role_variables: published must be a list of variable names")
+        # the shape of every check is judged before anything is evaluated
+        checks = parse_checks(args["checks"]) if args.get("checks") is not None else []
         role = getattr(self._task, "_role", None)
         if role is None:
             raise AnsibleActionFail("role_variables: runs inside a role (it reads the role's meta/argument_specs.yml)")
@@ -49,4 +59,5 @@ class ActionModule(ActionBase):
         result.update(changed=False, unknown=found)
         if found:
             result["warnings"] = [f"{host}: {item['message']}" for item in found]
-        return result
+        # The role's first input checks, after the warning (a typo it names may be why a check fails).
+        return run_checks(self._templar, checks, result) if checks else result

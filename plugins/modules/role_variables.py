@@ -17,7 +17,10 @@ description:
     silence. Each one becomes an Ansible warning naming the host, the variable and the closest known name.
   - The names judged are the variables the host sees (inventory, group and host vars, extra vars, facts); names
     starting with C(__) are internal and never judged.
-  - Fails when it does not run inside a role or the role's argument specs cannot be read.
+  - With O(checks), it then makes the role's first input checks, as M(mlplatform.gpunode.checks) does, in the same
+    task line. The warning comes first, so a typo it names is shown even when a check then fails.
+  - Fails when it does not run inside a role or the role's argument specs cannot be read, and at the first check
+    that does not hold, with that check's message.
 author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
@@ -39,7 +42,16 @@ options:
     type: list
     elements: str
     default: []
+  checks:
+    description:
+      - Checks made after the warning, in order, in the format of
+        O(mlplatform.gpunode.checks#module:checks) (C(that) or C(fail_when), C(when), C(msg)). The first that
+        does not hold fails the task with its message.
+      - Given as a list in the task, not as a template; its conditions and messages are templated one by one.
+    type: list
+    elements: dict
 seealso:
+  - module: mlplatform.gpunode.checks
   - name: Role argument validation
     description: The C(meta/argument_specs.yml) the known names come from.
     link: https://docs.ansible.com/ansible/latest/playbook_guide/playbooks_reuse_roles.html#role-argument-validation
@@ -50,6 +62,14 @@ EXAMPLES = r"""
   mlplatform.gpunode.role_variables:
     prefix: ofed_
     published: [ofed_version, ofed_contract, ofed_reboot_required]
+
+- name: Warn about sriov_* variables the role does not know (typos), then check that discovery ran
+  mlplatform.gpunode.role_variables:
+    prefix: sriov_
+    published: [sriov_rails, sriov_contract]
+    checks:
+      - that: [gpunode_hw is defined, "gpunode_hw['nics'] is defined"]
+        msg: "{{ inventory_hostname }}: gpunode_hw is not set; run the mlplatform.gpunode.discovery role first"
 """
 
 RETURN = r"""
@@ -72,4 +92,24 @@ unknown:
     - name: ofed_mirror_ulr
       closest: ofed_mirror_url
       message: "variable ofed_mirror_ulr is not a variable of this role and is ignored; did you mean ofed_mirror_url?"
+msg:
+  description: With O(checks), the failing check's message, or C(All checks passed).
+  returned: when O(checks) is set
+  type: str
+  sample: "gpu-a01: gpunode_hw is not set; run the mlplatform.gpunode.discovery role first"
+checked:
+  description: With O(checks), how many checks were evaluated.
+  returned: when O(checks) is set
+  type: int
+  sample: 1
+failed_check:
+  description: The position (from 0) in O(checks) of the check that failed.
+  returned: failed
+  type: int
+  sample: 0
+assertion:
+  description: The condition that failed.
+  returned: failed
+  type: str
+  sample: gpunode_hw is defined
 """

@@ -62,10 +62,12 @@ def test_override_for_an_absent_address_fails_naming_it(tmp_path, dgx_tree):
     assert not (tmp_path / "results" / "discovery.json").exists()
 
 
-def test_override_with_an_unknown_role_fails_in_preflight(tmp_path, dgx_tree):
+def test_override_with_an_unknown_role_fails_before_the_host_is_read(tmp_path, dgx_tree):
     proc = _play(tmp_path, dgx_tree, gpunode_nic_overrides={"0000:18:00.0": {"role": "rail"}})
     assert proc.returncode != 0
-    assert "Preflight" in proc.stdout and "gpunode_nic_overrides" in proc.stdout
+    # the role's first task line: the unknown-variable warning, then this check
+    assert "then check gpunode_nic_overrides" in proc.stdout and "must map full lower-case" in proc.stdout
+    assert "Read the host once" not in proc.stdout
 
 
 def test_gpu_without_rail_fails_unless_partial_rails_are_allowed(tmp_path):
