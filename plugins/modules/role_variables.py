@@ -17,10 +17,16 @@ description:
     silence. Each one becomes an Ansible warning naming the host, the variable and the closest known name.
   - The names judged are the variables the host sees (inventory, group and host vars, extra vars, facts); names
     starting with C(__) are internal and never judged.
+  - With O(validate) (the default), it also validates the values the host sees for the role's options against the
+    role's C(meta/argument_specs.yml) entry point C(main), as the check Ansible inserts at the start of a role
+    does (M(ansible.builtin.validate_argument_spec)), with the same message. The collection's playbooks import
+    the roles with C(rolespec_validate=false), so this task line is the only one; a role used through C(roles:)
+    is validated twice, to the same result.
   - With O(checks), it then makes the role's first input checks, as M(mlplatform.gpunode.checks) does, in the same
     task line. The warning comes first, so a typo it names is shown even when a check then fails.
-  - Fails when it does not run inside a role or the role's argument specs cannot be read, and at the first check
-    that does not hold, with that check's message.
+  - Fails when it does not run inside a role or the role's argument specs cannot be read, when an option's value
+    does not validate, and at the first check that does not hold, with that check's message. The warning comes
+    first, so a typo is named even when the task then fails.
 author:
   - mlplatform.gpunode developers (@mlplatform)
 attributes:
@@ -42,6 +48,10 @@ options:
     type: list
     elements: str
     default: []
+  validate:
+    description: Validate the role's options against its C(meta/argument_specs.yml) (entry point C(main)).
+    type: bool
+    default: true
   checks:
     description:
       - Checks made after the warning, in order, in the format of
@@ -92,9 +102,17 @@ unknown:
     - name: ofed_mirror_ulr
       closest: ofed_mirror_url
       message: "variable ofed_mirror_ulr is not a variable of this role and is ignored; did you mean ofed_mirror_url?"
+argument_errors:
+  description: The argument validation errors (the message lists them after C(Validation of arguments failed)).
+  returned: when the validation failed
+  type: list
+  elements: str
+  sample: ["value of cluster_objects_mode must be one of: apply, render, got: dry-run"]
 msg:
-  description: With O(checks), the failing check's message, or C(All checks passed).
-  returned: when O(checks) is set
+  description:
+    - With O(checks), the failing check's message, or C(All checks passed).
+    - The validation's message when it failed.
+  returned: when O(checks) is set, or the validation failed
   type: str
   sample: "gpu-a01: gpunode_hw is not set; run the mlplatform.gpunode.discovery role first"
 checked:

@@ -130,35 +130,52 @@ def test_a_condition_that_is_not_a_boolean_is_the_assert_error(tmp_path):
     assert "Conditional result" in result["msg"] and "str" in result["msg"], result["msg"]
 
 
-def test_role_variables_warns_then_makes_the_roles_first_checks(tmp_path):
-    """A role's first task line warns about the unknown variables with the role's prefix and then makes the role's
-    first input checks (role_variables' checks option): a failing check fails with its own message, and the warning
-    about the typo that explains it is in the same result."""
+
+def _first_task_of_role(tmp_path, role, extra):
+    """Include ``role`` without Ansible's own argument check (as the collection's playbooks import it) on a local
+    host; the result of the role's first task line, and whether it was the last task run."""
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n"
                                         f"      ansible_python_interpreter: {sys.executable}\n")
-    (tmp_path / "play.yml").write_text(textwrap.dedent("""\
-        - name: The first task of cluster_objects
+    (tmp_path / "play.yml").write_text(textwrap.dedent(f"""\
+        - name: The first task of a role
           hosts: all
           gather_facts: false
           tasks:
-            - name: Include the role without Ansible's own argument check (the role's checks then speak)
+            - name: Include the role without Ansible's own argument check
               ansible.builtin.include_role:
-                name: mlplatform.gpunode.cluster_objects
+                name: mlplatform.gpunode.{role}
                 rolespec_validate: false
         """))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
-    extra = {"cluster_objects_mode": "dry-run", "cluster_objects_moed": "apply"}
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
                            "-e", json.dumps(extra)], capture_output=True, text=True, env=env, check=False, timeout=300)
     assert proc.returncode != 0
     tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
-    first = next(t for t in tasks if "Warn about cluster_objects_* variables" in t["task"]["name"])
-    result = first["hosts"]["h1"]
-    assert result["failed"] is True
-    assert result["msg"] == "cluster_objects_mode must be apply or render, not dry-run"
-    assert result["assertion"] == "cluster_objects_mode in ['apply', 'render']" and result["failed_check"] == 0
+    first = next(t for t in tasks if f"Warn about {role}_* variables" in t["task"]["name"])
+    return first["hosts"]["h1"], tasks.index(first) == len(tasks) - 1
+
+
+def test_role_variables_validates_the_arguments_as_ansible_does(tmp_path):
+    """The role's first task line validates its options against meta/argument_specs.yml with Ansible's message,
+    and names the typo that explains the failure in the same result; nothing of the role runs after it."""
+    result, last = _first_task_of_role(tmp_path, "cluster_objects",
+                                       {"cluster_objects_mode": "dry-run", "cluster_objects_moed": "apply"})
+    assert result["failed"] is True and last
+    assert result["msg"] == ("Validation of arguments failed:\n"
+                             "value of cluster_objects_mode must be one of: apply, render, got: dry-run")
+    assert result["argument_errors"] == ["value of cluster_objects_mode must be one of: apply, render, got: dry-run"]
     assert [u["name"] for u in result["unknown"]] == ["cluster_objects_moed"]
-    assert any("cluster_objects_moed" in w and "did you mean cluster_objects_mode?" in w for w in result["warnings"])
-    assert tasks.index(first) == len(tasks) - 1  # nothing of the role ran after it
+    assert any("did you mean cluster_objects_mode?" in w for w in result["warnings"])
+
+
+def test_role_variables_then_makes_the_roles_first_checks(tmp_path):
+    """Arguments that validate, then the role's first input checks (role_variables' checks option): a failing
+    check fails with its own message, with the warning about the typo in the same result."""
+    result, last = _first_task_of_role(tmp_path, "validation", {"validation_bandwith_threshold_pct": 50})
+    assert result["failed"] is True and last
+    assert result["msg"].startswith("h1: the validation role needs the gpunode_hw fact (run the discovery role first)")
+    assert result["assertion"] == "gpunode_hw is defined" and result["failed_check"] == 0
+    assert "argument_errors" not in result
+    assert any("did you mean validation_bandwidth_threshold_pct?" in w for w in result["warnings"])
