@@ -179,3 +179,38 @@ def test_role_variables_then_makes_the_roles_first_checks(tmp_path):
     assert result["assertion"] == "gpunode_hw is defined" and result["failed_check"] == 0
     assert "argument_errors" not in result
     assert any("did you mean validation_bandwidth_threshold_pct?" in w for w in result["warnings"])
+
+
+@pytest.mark.parametrize("role", ["ofed", "gpu_driver"])
+def test_an_install_role_refuses_a_distro_without_platform_data(tmp_path, role):
+    """The distro's platform data file is a task var of the check and of include_vars: a distro without one is
+    refused with the role's message, before anything is loaded."""
+    task = f"""\
+        - name: Pretend the host runs Fedora
+          ansible.builtin.set_fact:
+            distribution: Fedora
+            distribution_version: "40"
+            distribution_major_version: "40"
+            kernel: 6.8.0
+            cacheable: true
+
+        - name: Run the role's preflight
+          ansible.builtin.include_role:
+            name: mlplatform.gpunode.{role}
+            tasks_from: preflight
+        """
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    h1:\n      ansible_connection: local\n"
+                                        f"      ansible_python_interpreter: {sys.executable}\n")
+    (tmp_path / "play.yml").write_text("- name: Distro\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+                                       + textwrap.indent(textwrap.dedent(task), "    "))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert proc.returncode != 0
+    tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    assert tasks[-1]["task"]["name"].endswith("Preflight | Refuse a distro the role has no platform data for")
+    assert tasks[-1]["hosts"]["h1"]["msg"] == (
+        f"h1: Fedora 40 is not supported by the {role} role (platform data exists for Ubuntu 22.04, Ubuntu 24.04 "
+        "and Debian 12)")
