@@ -468,3 +468,29 @@ def test_a_failing_neighbour_tool_is_recorded_not_fatal(sim, monkeypatch, tmp_pa
     state = read(sim)["host_state"]
     assert state["neighbours"]["rails"] == {}
     assert state["neighbours"]["sources"]["lldp"].startswith("lldpctl: lldpd is not installed")
+
+
+def test_a_prefetched_answer_without_any_output_runs_again_alone():
+    """ansible-core's run_command can lose a child's output (ansible/ansible#51393: select() times out, the child
+    writes and exits, poll() sees it exited, the pipes are not read again); the read threads make that likely. An
+    answer of status 0 with no output at all is not kept: run() runs the command again and gets its output."""
+    from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_reads
+
+    runs = []
+
+    class Module:
+        def run_command(self, argv, environ_update=None, handle_exceptions=True):
+            runs.append(list(argv))
+            if argv[0] == "mlnx_qos" and len([r for r in runs if r[0] == "mlnx_qos"]) == 1:
+                return 0, "", ""  # the lost output
+            if argv[0] == "quiet":
+                return 1, "", ""  # a failure without output is an answer, kept
+            return 0, f"{' '.join(argv)} output", ""
+
+    module = Module()
+    node_reads.prefetch(module, [["mlnx_qos", "-i", "eth0"], ["cma_roce_tos", "-d", "mlx5_0"], ["quiet"]],
+                        workers=4)
+    assert sorted(getattr(module, node_reads._PREFETCHED)) == [("cma_roce_tos", "-d", "mlx5_0"), ("quiet",)]
+    assert node_reads.run(module, ["mlnx_qos", "-i", "eth0"]) == (0, "mlnx_qos -i eth0 output", "")
+    assert node_reads.run(module, ["quiet"]) == (1, "", "")
+    assert [r[0] for r in runs].count("mlnx_qos") == 2 and [r[0] for r in runs].count("quiet") == 1
