@@ -1,0 +1,117 @@
+# Copyright: (c) 2026, mlplatform.gpunode developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The linear strategy, with the task lines that never reach a host run in ansible-playbook itself."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: inline
+short_description: The linear strategy, running the task lines that never reach a host without a worker process
+version_added: 0.1.0
+author: mlplatform.gpunode developers
+description:
+  - Runs a play exactly as C(ansible.builtin.linear) does (every host finishes a task before any host starts
+    the next), with one difference in where a task line runs.
+  - C(ansible.builtin.linear) forks a worker process for every task line and host, including a C(set_fact), an
+    C(assert) or a task whose C(when) is false. On a 100 MB ansible-playbook process each fork costs thousands
+    of copy-on-write page faults in the worker and in ansible-playbook. The roles of this collection read a host
+    once and plan on the controller, so most of an idempotent re-run is such task lines. On the three-host
+    simulated fleet the forks were 2 million page faults and 8 of 20 CPU seconds of a 17 s re-run of
+    C(playbooks/site.yml) (BENCHMARKS.md).
+  - This strategy runs a task line in ansible-playbook's own process, with Ansible's own task executor and the
+    same result path, when it cannot reach the host. That is, when the task has no loop, no C(until) and no
+    C(delegate_to), and
+  - its action is a controller-side one that does not touch the host (C(ansible.builtin.set_fact),
+    C(ansible.builtin.assert), C(ansible.builtin.debug), C(ansible.builtin.fail),
+    C(ansible.builtin.include_vars), C(ansible.builtin.include_tasks), C(ansible.builtin.include_role),
+    C(ansible.builtin.validate_argument_spec), C(mlplatform.gpunode.role_variables),
+    C(mlplatform.gpunode.checks)), or
+  - its C(when) is false on the host's variables, so the executor only reports it skipped. A C(when) that
+    cannot be evaluated here forks a worker, which reports the error as C(ansible.builtin.linear) does.
+  - Every other task line forks a worker as C(ansible.builtin.linear) does, within C(forks).
+  - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
+    and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
+    other; each takes milliseconds.
+  - It also compiles each Jinja template and conditional once per run instead of once per task line and host
+    (ansible-core 2.19 keeps no compiled template); the forked workers inherit the compiled code.
+  - The collection's C(ansible.cfg) selects it (C(strategy = mlplatform.gpunode.inline)). To go back to the
+    built-in strategy, set E(ANSIBLE_STRATEGY=linear) or C(strategy) in C([defaults]). The playbooks do the
+    same with either.
+notes:
+  - It relies on ansible-core's strategy and task executor classes, as every strategy plugin does, and on
+    ansible-core 2.19's template compiler for the memo; C(meta/runtime.yml) pins ansible-core 2.19.
+seealso:
+  - name: Ansible, controlling playbook execution (strategies and forks)
+    description: Ansible's strategies, and the worker it forks for each task line and host.
+    link: https://docs.ansible.com/ansible/latest/playbook_guide/playbooks_strategies.html
+  - name: ansible.builtin.linear
+    description: The strategy this one extends.
+    link: https://docs.ansible.com/ansible/latest/collections/ansible/builtin/linear_strategy.html
+"""
+
+from ansible._internal import _task
+from ansible.executor.task_executor import TaskExecutor
+from ansible.executor.task_result import _RawTaskResult
+from ansible.plugins.loader import get_plugin_loader_namespace
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible.utils.display import Display
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo
+
+display = Display()
+
+# Actions that run on the controller only and never open the host's connection.
+CONTROLLER_ACTIONS = frozenset(
+    prefix + name
+    for prefix in ("ansible.builtin.", "ansible.legacy.", "")
+    for name in ("set_fact", "assert", "debug", "fail", "include_vars", "include_tasks", "include_role",
+                 "validate_argument_spec")
+) | frozenset(("mlplatform.gpunode.role_variables", "mlplatform.gpunode.checks"))
+
+
+def inline_reason(task, task_vars):
+    """Why ``task`` can run for the host of ``task_vars`` without a worker: ``"controller action"``,
+    ``"condition false"``, or None (fork a worker)."""
+    if task.loop is not None or task.loop_with or task.until or task.delegate_to:
+        return None
+    if task.action in CONTROLLER_ACTIONS or getattr(task, "resolved_action", None) in CONTROLLER_ACTIONS:
+        return "controller action"
+    if task.when:
+        try:
+            if not task._resolve_conditional(task.when, task_vars):
+                return "condition false"
+        except Exception:  # noqa: BLE001 -- the worker evaluates it again and reports the error as linear does
+            return None
+    return None
+
+
+class StrategyModule(LinearStrategyModule):
+    """``ansible.builtin.linear``; task lines that cannot reach the host run in this process."""
+
+    def __init__(self, tqm):
+        super().__init__(tqm)
+        compile_memo.install()
+
+    def _queue_task(self, host, task, task_vars, play_context):
+        reason = inline_reason(task, task_vars)
+        if reason is None:
+            return super()._queue_task(host, task, task_vars, play_context)
+        display.debug(f"inline: {host.name}/{task.action} ({reason})")
+        self._queued_task_cache[(host.name, task._uuid)] = {
+            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
+        self._tqm.send_callback("v2_runner_on_start", host, task)
+        # The executor templates the task in place (post_validate) and adds to the variables: give it its own
+        # copies, as a forked worker has. The parent blocks are copied without their task lists.
+        run_task = task.copy(exclude_parent=False, exclude_tasks=True)
+        with _task.TaskContext(run_task):
+            result = TaskExecutor(host, run_task, dict(task_vars), play_context, self._loader,
+                                  get_plugin_loader_namespace(), self._final_q, self._variable_manager).run()
+        try:
+            self._final_q.send_task_result(_RawTaskResult(host=host, task=run_task, return_data=result,
+                                                          task_fields=run_task.dump_attrs()))
+        except Exception as exc:  # noqa: BLE001 -- as a worker does: the result could not be sent, say so instead
+            self._final_q.send_task_result(_RawTaskResult(
+                host=host, task=run_task, task_fields={},
+                return_data={"failed": True, "msg": f"Task result omitted due to queue send failure: {exc}"}))
+        self._pending_results += 1
+        return None

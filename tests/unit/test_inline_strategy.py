@@ -1,0 +1,215 @@
+"""The inline strategy (plugins/strategy/inline.py): the same results as ansible.builtin.linear, with the task
+lines that cannot reach a host run in ansible-playbook itself; and the compile memo under it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+
+INVENTORY = {"all": {"hosts": {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                               for name in ("h1", "h2", "h3")}}}
+
+# Every kind of line the strategy treats differently: controller actions, a false `when`, a `when` that cannot
+# be evaluated, a module, a loop, register, failures (ignored, rescued, failing one host), include_tasks,
+# handlers, run_once and delegate_to. `ppid` is the process that evaluated the line's templates (the pipe
+# lookup's parent): ansible-playbook itself, or a worker forked for the line.
+PLAY = """
+- name: Strategy equivalence
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: A controller action
+      ansible.builtin.set_fact:
+        fact_a: "{{ inventory_hostname }}-a"
+        ppid_set_fact: "{{ lookup('ansible.builtin.pipe', 'echo $PPID') }}"
+
+    - name: An assert that passes
+      ansible.builtin.assert:
+        that: fact_a == inventory_hostname ~ '-a'
+        quiet: true
+
+    - name: An assert that fails on h2, ignored
+      ansible.builtin.assert:
+        that: inventory_hostname != 'h2'
+        fail_msg: "{{ inventory_hostname }} is h2"
+      ignore_errors: true
+
+    - name: A module whose when is false on h1 only
+      ansible.builtin.command: echo {{ inventory_hostname }}
+      register: echo_out
+      changed_when: false
+      when: inventory_hostname != 'h1'
+
+    - name: A module with a false when everywhere
+      ansible.builtin.command: "false"
+      when: false
+
+    - name: A when that cannot be evaluated, ignored
+      ansible.builtin.debug:
+        msg: never
+      when: undefined_variable_here.attr
+      ignore_errors: true
+
+    - name: A loop of set_fact
+      ansible.builtin.set_fact:
+        looped: "{{ (looped | default([])) + [item] }}"
+      loop: [1, 2]
+
+    - name: Include tasks
+      ansible.builtin.include_tasks: included.yml
+
+    - name: A block whose fail is rescued
+      block:
+        - name: Fail on h3
+          ansible.builtin.fail:
+            msg: h3 fails
+          when: inventory_hostname == 'h3'
+      rescue:
+        - name: Rescue
+          ansible.builtin.set_fact:
+            rescued_here: true
+
+    - name: Notify a handler from a changed module
+      ansible.builtin.command: "true"
+      notify: A handler
+      when: inventory_hostname == 'h2'
+
+    - name: Once for all hosts
+      ansible.builtin.set_fact:
+        once: "{{ ansible_play_hosts_all | length }}"
+      run_once: true
+
+    - name: Delegated to the controller
+      ansible.builtin.set_fact:
+        delegated: true
+      delegate_to: localhost
+
+    - name: Fail h1 for real
+      ansible.builtin.fail:
+        msg: h1 stops here
+      when: inventory_hostname == 'h1'
+
+    - name: After the failure
+      ansible.builtin.debug:
+        msg: "{{ fact_a }} {{ included_fact }} {{ echo_out.stdout | default('skipped') }} {{ once }} {{ looped }}"
+
+  handlers:
+    - name: A handler
+      ansible.builtin.set_fact:
+        handled: true
+"""
+
+INCLUDED = """
+- name: Included set_fact
+  ansible.builtin.set_fact:
+    included_fact: "{{ inventory_hostname }}-inc"
+"""
+
+
+def run(tmp_path, strategy):
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(INVENTORY))
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "included.yml").write_text(INCLUDED)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_STRATEGY": strategy,
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                          capture_output=True, text=True, env=env, check=False, timeout=300, cwd=tmp_path)
+    return proc, json.loads(proc.stdout)
+
+
+def outcome(result):
+    """What a user sees of a host's result: status, message, facts set, registered output."""
+    return {key: result.get(key) for key in ("changed", "failed", "skipped", "msg", "stdout", "ansible_facts",
+                                             "false_condition", "failed_when_result") if key in result}
+
+
+def results(report):
+    """``{(task name, host): outcome}`` of a json callback report, and ``{host: ppid of the set_fact}``."""
+    out, ppid = {}, {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                facts = dict(result.get("ansible_facts") or {})
+                if "ppid_set_fact" in facts:
+                    ppid[host] = facts.pop("ppid_set_fact")
+                    result = {**result, "ansible_facts": facts}
+                out[(task["task"]["name"], host)] = outcome(result)
+    return out, ppid
+
+
+def test_inline_gives_the_results_of_linear_without_a_worker_for_controller_lines(tmp_path):
+    linear_proc, linear = run(tmp_path, "linear")
+    inline_proc, inline = run(tmp_path, "mlplatform.gpunode.inline")
+    assert linear_proc.returncode == inline_proc.returncode == 2  # h1 failed for real
+    linear_results, linear_ppid = results(linear)
+    inline_results, inline_ppid = results(inline)
+    assert inline_results == linear_results
+    assert inline["stats"] == linear["stats"]
+    # The expected outcomes, so that the comparison above compares something.
+    assert inline_results[("An assert that fails on h2, ignored", "h2")]["failed"] is True
+    assert inline_results[("A module whose when is false on h1 only", "h1")]["skipped"] is True
+    assert inline_results[("A module whose when is false on h1 only", "h3")]["stdout"] == "h3"
+    assert inline_results[("A when that cannot be evaluated, ignored", "h1")]["failed"] is True
+    assert inline_results[("Rescue", "h3")]["ansible_facts"] == {"rescued_here": True}
+    assert inline_results[("A handler", "h2")]["ansible_facts"] == {"handled": True}
+    assert inline_results[("Fail h1 for real", "h1")]["msg"] == "h1 stops here"
+    assert ("After the failure", "h1") not in inline_results
+    assert inline_results[("After the failure", "h3")]["msg"] == "h3-a h3-inc h3 3 [1, 2]"
+    assert inline["stats"]["h1"]["failures"] == 1 and inline["stats"]["h3"]["rescued"] == 1
+    # Under linear each host's set_fact ran in a worker of its own; inline, all in ansible-playbook itself.
+    assert len(set(linear_ppid.values())) == 3
+    assert len(set(inline_ppid.values())) == 1
+
+
+MEMO = """
+    import json, os, sys
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    _AnsibleCollectionFinder(paths=[os.path.join(os.getcwd(), ".cache", "collections")])._install()
+    from ansible._internal._templating._engine import TemplateEngine, TemplateOptions
+    from ansible._internal._templating._jinja_bits import TemplateOverrides
+    from ansible._internal._datatag._tags import TrustedAsTemplate
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo
+
+    def render(engine, text, **kwargs):
+        return engine.template(TrustedAsTemplate().tag(text), **kwargs)
+
+    engine = TemplateEngine(variables={"a": 1, "b": [1, 2], "s": "x"})
+    texts = ["{{ a + 1 }}", "{% for i in b %}{{ i }}{% endfor %}", "{{ s | upper }}", "{{ '\\\\n' }}"]
+    before = [render(engine, t) for t in texts]
+    cond_before = engine.evaluate_conditional(TrustedAsTemplate().tag("a == 1"))
+    installed = compile_memo.install()
+    first = [render(engine, t) for t in texts] + [engine.evaluate_conditional(TrustedAsTemplate().tag("a == 1"))]
+    after_first = compile_memo.stats()
+    second = [render(engine, t) for t in texts] + [engine.evaluate_conditional(TrustedAsTemplate().tag("a == 1"))]
+    after_second = compile_memo.stats()
+    # The same text under other lexer settings is another entry with its own meaning.
+    brackets = TemplateOptions(overrides=TemplateOverrides(variable_start_string="[[", variable_end_string="]]"))
+    other = engine.template(TrustedAsTemplate().tag("[[ a ]] {{ a }}"), options=brackets)
+    plain = render(engine, "[[ a ]] {{ a }}")
+    print(json.dumps({"installed": installed, "before": before + [cond_before], "first": first, "second": second,
+                      "after_first": after_first, "after_second": after_second, "other": other, "plain": plain}))
+"""
+
+
+def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(MEMO)], capture_output=True, text=True,
+                          env=env, check=False, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["installed"] is True
+    assert out["first"] == out["second"] == out["before"] == [2, "12", "X", "\\n", True]
+    assert out["after_first"]["misses"] == 5 and out["after_first"]["hits"] == 0
+    assert out["after_second"]["misses"] == 5 and out["after_second"]["hits"] == 5
+    assert out["other"] == "1 {{ a }}"
+    assert out["plain"] == "[[ a ]] 1"
