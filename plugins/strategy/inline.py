@@ -9,7 +9,6 @@ DOCUMENTATION = r"""
 name: inline
 short_description: The linear strategy, running the task lines that never reach a host without a worker process
 version_added: 0.1.0
-author: mlplatform.gpunode developers
 description:
   - Runs a play exactly as C(ansible.builtin.linear) does (every host finishes a task before any host starts
     the next), with one difference in where a task line runs.
