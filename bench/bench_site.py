@@ -6,7 +6,7 @@ Kubernetes API emulator as the control plane (``playbooks/sim_cluster.yml``), an
 
 (a) site.yml fresh, then again (the idempotent re-run), against the floor
     ``ansible all -m ansible.builtin.setup`` on the same hosts;
-(b) tasks executed per host in the re-run (ansible.posix.json callback: a task counts once per host
+(b) tasks executed per host in the re-run (bench/callback_plugins/bench_results.py: a task counts once per host
     whatever its loop; skipped tasks are counted apart) — equal for every host when no task loops
     over NICs (the 2-rail host is its own fabric, ``pcie``: a fabric's contract compares rail counts);
 (c) host round trips per host in the re-run: module executions on the host, not task lines - a task result
@@ -25,8 +25,10 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +55,7 @@ def _short(action: str) -> str:
 
 
 def host_round_trip(result: dict) -> bool:
-    """Did this task result execute a module on the host? (pure; one ansible.posix.json host result)"""
+    """Did this task result execute a module on the host? (pure; one recorded host result)"""
     if result.get("skipped") or _short(result.get("action", "")) in CONTROLLER_ACTIONS:
         return False
     delegated = result.get("_ansible_delegated_vars") or {}
@@ -62,6 +64,16 @@ def host_round_trip(result: dict) -> bool:
     # Simulated hosts are reached at 127.0.0.1 (each on its own SSH port): the delegated host's
     # inventory name says whether a task ran on the controller.
     return delegated.get("ansible_delegated_host", delegated.get("ansible_host")) not in ("localhost", "127.0.0.1")
+
+
+def results_env(env, results_file):
+    """The environment that has bench/callback_plugins/bench_results.py record every host result by task line into
+    ``results_file`` (ansible.posix.json's shape). ansible.posix.json itself lines results up by task start only
+    under the strategies it knows to be lockstep, so under the collection's ``inline`` strategy a meta task's result
+    would land on the task line before it."""
+    enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or "mlplatform.gpunode.preload"
+    return {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
+            "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file)}
 
 
 def sh(argv, env=None, check=True):
@@ -73,15 +85,18 @@ def sh(argv, env=None, check=True):
 
 def playbook(inventory, env, extra, vars_file, hosts=None):
     hosts = hosts or HOSTS
+    results_file = Path(tempfile.mkdtemp(prefix="bench-site-")) / "results.json"
     start = time.perf_counter()
     proc = sh(["ansible-playbook", "-i", str(inventory), "playbooks/site.yml", "-e", f"@{vars_file}",
                "-e", json.dumps(extra)],
-              env={**env, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}, check=False)
+              env={**env, **results_env(env, results_file)}, check=False)
     seconds = time.perf_counter() - start
     try:
-        data = json.loads(proc.stdout[proc.stdout.index("{"):])
-    except ValueError:
-        raise SystemExit(f"site.yml printed no JSON:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
+        data = json.loads(results_file.read_text())
+    except (OSError, ValueError):
+        raise SystemExit(f"site.yml recorded no results:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}") from None
+    finally:
+        shutil.rmtree(results_file.parent, ignore_errors=True)
     tasks = {h: {"executed": 0, "skipped": 0} for h in hosts}
     trips = {h: [] for h in hosts}  # host -> "play / task" lines that ran a module on the host
     status = {h: {} for h in hosts}  # host -> task name -> "executed" | "skipped"
@@ -225,7 +240,8 @@ def section(r: dict, commit: str = "?") -> str:
         "|---|" + "---|" * len(HOSTS),
         *(trip_rows or ["| (none) |" + " |" * len(HOSTS)]),
         "",
-        "A task counts once per host whatever it loops over (ansible.posix.json callback). Per-host tasks leave out "
+        "A task counts once per host whatever it loops over (bench/callback_plugins/bench_results.py). Per-host "
+        "tasks leave out "
         f"the {len(once)} fleet-level run_once tasks (contract, cluster objects, report), which run on the first "
         f"host in name order ({first}). The per-host count is the same on 2, 8 and 12 NICs because every NIC "
         "setting is one module call per host. Tasks whose outcome is not the same on every host:",

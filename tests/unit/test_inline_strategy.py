@@ -32,6 +32,10 @@ PLAY = """
         fact_a: "{{ inventory_hostname }}-a"
         ppid_set_fact: "{{ lookup('ansible.builtin.pipe', 'echo $PPID') }}"
 
+    - name: A meta with a false when
+      ansible.builtin.meta: end_host
+      when: false
+
     - name: An assert that passes
       ansible.builtin.assert:
         that: fact_a == inventory_hostname ~ '-a'
@@ -81,7 +85,7 @@ PLAY = """
     - name: Notify a handler from a changed module
       ansible.builtin.command: "true"
       notify: A handler
-      when: inventory_hostname == 'h2'
+      when: inventory_hostname == 'h3'
 
     - name: Once for all hosts
       ansible.builtin.set_fact:
@@ -92,6 +96,10 @@ PLAY = """
       ansible.builtin.set_fact:
         delegated: true
       delegate_to: localhost
+
+    - name: End h2 here
+      ansible.builtin.meta: end_host
+      when: inventory_hostname == 'h2'
 
     - name: Fail h1 for real
       ansible.builtin.fail:
@@ -119,12 +127,18 @@ def run(tmp_path, strategy):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(INVENTORY))
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "included.yml").write_text(INCLUDED)
+    # bench/callback_plugins/bench_results.py records every result by task line whatever the strategy
+    # (ansible.posix.json lines results up by task start only under linear and debug).
+    results_file = tmp_path / f"results-{strategy}.json"
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_STRATEGY": strategy,
-           "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+           "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
+           "ANSIBLE_CALLBACKS_ENABLED": "mlplatform.gpunode.preload,bench_results",
+           "BENCH_RESULTS_FILE": str(results_file)}
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
                           capture_output=True, text=True, env=env, check=False, timeout=300, cwd=tmp_path)
-    return proc, json.loads(proc.stdout)
+    assert results_file.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(results_file.read_text())
 
 
 def outcome(result):
@@ -161,9 +175,13 @@ def test_inline_gives_the_results_of_linear_without_a_worker_for_controller_line
     assert inline_results[("A module whose when is false on h1 only", "h3")]["stdout"] == "h3"
     assert inline_results[("A when that cannot be evaluated, ignored", "h1")]["failed"] is True
     assert inline_results[("Rescue", "h3")]["ansible_facts"] == {"rescued_here": True}
-    assert inline_results[("A handler", "h2")]["ansible_facts"] == {"handled": True}
+    assert inline_results[("A handler", "h3")]["ansible_facts"] == {"handled": True}
+    assert ("A handler", "h2") not in inline_results
     assert inline_results[("Fail h1 for real", "h1")]["msg"] == "h1 stops here"
     assert ("After the failure", "h1") not in inline_results
+    assert inline_results[("A meta with a false when", "h2")]["skipped"] is True
+    assert inline_results[("End h2 here", "h3")]["skipped"] is True
+    assert ("After the failure", "h2") not in inline_results
     assert inline_results[("After the failure", "h3")]["msg"] == "h3-a h3-inc h3 3 [1, 2]"
     assert inline["stats"]["h1"]["failures"] == 1 and inline["stats"]["h3"]["rescued"] == 1
     # Under linear each host's set_fact ran in a worker of its own; inline, all in ansible-playbook itself.
