@@ -40,6 +40,12 @@ description:
 notes:
   - It relies on ansible-core's strategy and task executor classes, as every strategy plugin does, and on
     ansible-core 2.19's template compiler for the memo; C(meta/runtime.yml) pins ansible-core 2.19.
+  - ansible-core 2.19 prints a deprecation warning for every strategy plugin outside C(ansible.builtin) ("Use of
+    strategy plugins not included in ansible.builtin are deprecated"), once a run. The strategy works the same in
+    all of 2.19; if a later ansible-core drops such plugins, C(strategy = linear) gives the same results.
+  - Callbacks that recognise a lockstep strategy by its name (C(ansible.posix.json) looks for C(linear) or
+    C(debug)) treat this one as they treat C(free); the default callback's output is the same as under C(linear).
+  - A C(when) that holds is evaluated twice (here, then in the worker), so a lookup in it runs twice.
 seealso:
   - name: Ansible, controlling playbook execution (strategies and forks)
     description: Ansible's strategies, and the worker it forks for each task line and host.
