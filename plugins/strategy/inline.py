@@ -19,15 +19,18 @@ description:
     simulated fleet the forks were 2 million page faults and 8 of 20 CPU seconds of a 17 s re-run of
     C(playbooks/site.yml) (BENCHMARKS.md).
   - This strategy runs a task line in ansible-playbook's own process, with Ansible's own task executor and the
-    same result path, when it cannot reach the host. That is, when the task has no loop, no C(until) and no
-    C(delegate_to), and
+    same result path, when it cannot reach the host. That is, when the task has no loop, no C(until), no
+    C(retries) and no C(delegate_to), and
   - its action is a controller-side one that does not touch the host (C(ansible.builtin.set_fact),
     C(ansible.builtin.assert), C(ansible.builtin.debug), C(ansible.builtin.fail),
     C(ansible.builtin.include_vars), C(ansible.builtin.include_tasks), C(ansible.builtin.include_role),
     C(ansible.builtin.validate_argument_spec), C(mlplatform.gpunode.role_variables),
     C(mlplatform.gpunode.checks)), or
   - its C(when) is false on the host's variables, so the executor only reports it skipped. A C(when) that
-    cannot be evaluated here forks a worker, which reports the error as C(ansible.builtin.linear) does.
+    cannot be evaluated here forks a worker, which reports the error as C(ansible.builtin.linear) does. One
+    that the executor finds true after all (it adds the connection's variables, such as C(ansible_host), first)
+    goes to a worker before anything reaches the host.
+  - A host on a persistent connection (C(network_cli), C(httpapi)) runs every task line in a worker.
   - Every other task line forks a worker as C(ansible.builtin.linear) does, within C(forks).
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
     and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
@@ -56,6 +59,8 @@ seealso:
 """
 
 from ansible._internal import _task
+from ansible._internal._errors import _error_utils
+from ansible.errors import AnsibleError
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins.loader import get_plugin_loader_namespace
@@ -77,9 +82,10 @@ CONTROLLER_ACTIONS = frozenset(
 def inline_reason(task, task_vars):
     """Why ``task`` can run for the host of ``task_vars`` without a worker: ``"controller action"``,
     ``"condition false"``, or None (fork a worker)."""
-    if task.loop is not None or task.loop_with or task.until or task.delegate_to:
+    if task.loop is not None or task.loop_with or task.until or task.retries is not None or task.delegate_to:
         return None
-    if task.action in CONTROLLER_ACTIONS or getattr(task, "resolved_action", None) in CONTROLLER_ACTIONS:
+    # The action as linear resolved it (collections keyword, action_plugins/ overrides), not as written.
+    if getattr(task, "resolved_action", None) in CONTROLLER_ACTIONS:
         return "controller action"
     if task.when:
         try:
@@ -88,6 +94,31 @@ def inline_reason(task, task_vars):
         except Exception:  # noqa: BLE001 -- the worker evaluates it again and reports the error as linear does
             return None
     return None
+
+
+class _NeedsWorker(BaseException):
+    """The inline executor reached the point where the task needs its host: run it in a worker instead.
+    (A BaseException, so that TaskExecutor.run does not turn it into a failed result.)"""
+
+
+class _InlineTaskExecutor(TaskExecutor):
+    """Ansible's task executor, stopped before it would use the host's connection when that is not wanted here.
+
+    The executor creates the connection object (without connecting) right before it runs the action, after the
+    conditional and the includes. Inline, that point is only reached by a controller-only action on a connection
+    that does not persist. A task inlined because its ``when`` was false on the strategy's variables, which the
+    executor then finds true (it adds the connection's magic variables first), goes to a worker, as does any task
+    on a persistent connection (network_cli, httpapi), whose daemon a worker starts."""
+
+    def __init__(self, *args, controller_action, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._gpunode_controller_action = controller_action
+
+    def _get_connection(self, cvars, templar, current_connection):
+        connection = super()._get_connection(cvars, templar, current_connection)
+        if not self._gpunode_controller_action or connection.supports_persistence or connection.force_persistence:
+            raise _NeedsWorker()
+        return connection
 
 
 class StrategyModule(LinearStrategyModule):
@@ -104,19 +135,28 @@ class StrategyModule(LinearStrategyModule):
         display.debug(f"inline: {host.name}/{task.action} ({reason})")
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
-        self._tqm.send_callback("v2_runner_on_start", host, task)
         # The executor templates the task in place (post_validate) and adds to the variables: give it its own
         # copies, as a forked worker has. The parent blocks are copied without their task lists.
         run_task = task.copy(exclude_parent=False, exclude_tasks=True)
-        with _task.TaskContext(run_task):
-            result = TaskExecutor(host, run_task, dict(task_vars), play_context, self._loader,
-                                  get_plugin_loader_namespace(), self._final_q, self._variable_manager).run()
+        try:
+            with _task.TaskContext(run_task):
+                result = _InlineTaskExecutor(host, run_task, dict(task_vars), play_context, self._loader,
+                                             get_plugin_loader_namespace(), self._final_q, self._variable_manager,
+                                             controller_action=reason == "controller action").run()
+        except _NeedsWorker:
+            display.debug(f"inline: {host.name}/{task.action} needs its host: forking a worker")
+            del self._queued_task_cache[(host.name, task._uuid)]
+            return super()._queue_task(host, task, task_vars, play_context)
+        self._tqm.send_callback("v2_runner_on_start", host, task)
         try:
             self._final_q.send_task_result(_RawTaskResult(host=host, task=run_task, return_data=result,
                                                           task_fields=run_task.dump_attrs()))
         except Exception as exc:  # noqa: BLE001 -- as a worker does: the result could not be sent, say so instead
-            self._final_q.send_task_result(_RawTaskResult(
-                host=host, task=run_task, task_fields={},
-                return_data={"failed": True, "msg": f"Task result omitted due to queue send failure: {exc}"}))
+            try:
+                raise AnsibleError("Task result omitted due to queue send failure.") from exc
+            except AnsibleError as wrapper:
+                self._final_q.send_task_result(_RawTaskResult(
+                    host=host, task=run_task, task_fields={},
+                    return_data=_error_utils.result_dict_from_exception(wrapper)))
         self._pending_results += 1
         return None

@@ -53,6 +53,11 @@ PLAY = """
       changed_when: false
       when: inventory_hostname != 'h1'
 
+    - name: A when only the executor's variables make true
+      ansible.builtin.command: echo {{ lookup('ansible.builtin.pipe', 'echo $PPID') }}
+      changed_when: false
+      when: ansible_host is defined
+
     - name: A module with a false when everywhere
       ansible.builtin.command: "false"
       when: false
@@ -148,15 +153,19 @@ def outcome(result):
 
 
 def results(report):
-    """``{(task name, host): outcome}`` of a json callback report, and ``{host: ppid of the set_fact}``."""
-    out, ppid = {}, {}
+    """``{(task name, host): outcome}`` of a recorded run, and ``{host: ppid}`` of the set_fact and of the task whose
+    ``when`` only the executor makes true (the process that templated it; left out of the outcomes)."""
+    out, ppid = {}, {"set_fact": {}, "magic": {}}
     for play in report["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
                 facts = dict(result.get("ansible_facts") or {})
                 if "ppid_set_fact" in facts:
-                    ppid[host] = facts.pop("ppid_set_fact")
+                    ppid["set_fact"][host] = facts.pop("ppid_set_fact")
                     result = {**result, "ansible_facts": facts}
+                if task["task"]["name"] == "A when only the executor's variables make true" and "stdout" in result:
+                    ppid["magic"][host] = result["stdout"]
+                    result = {key: value for key, value in result.items() if key != "stdout"}
                 out[(task["task"]["name"], host)] = outcome(result)
     return out, ppid
 
@@ -185,8 +194,13 @@ def test_inline_gives_the_results_of_linear_without_a_worker_for_controller_line
     assert inline_results[("After the failure", "h3")]["msg"] == "h3-a h3-inc h3 3 [1, 2]"
     assert inline["stats"]["h1"]["failures"] == 1 and inline["stats"]["h3"]["rescued"] == 1
     # Under linear each host's set_fact ran in a worker of its own; inline, all in ansible-playbook itself.
-    assert len(set(linear_ppid.values())) == 3
-    assert len(set(inline_ppid.values())) == 1
+    assert len(set(linear_ppid["set_fact"].values())) == 3
+    assert len(set(inline_ppid["set_fact"].values())) == 1
+    # `ansible_host is defined` is false on the strategy's variables and true on the executor's (it adds the
+    # connection's variables first): the module ran, each host in a worker of its own, not in ansible-playbook.
+    assert sorted(inline_ppid["magic"]) == ["h1", "h2", "h3"]
+    assert len(set(inline_ppid["magic"].values())) == 3
+    assert not set(inline_ppid["magic"].values()) & set(inline_ppid["set_fact"].values())
 
 
 MEMO = """
