@@ -41,13 +41,6 @@ def stats():
         return {**_state, "entries": len(_memo)}
 
 
-def clear():
-    """Forget every memoized code object (tests)."""
-    with _lock:
-        _memo.clear()
-        _state.update(hits=0, misses=0)
-
-
 def install():
     """Memoize ``AnsibleEnvironment.compile`` for the rest of this process. Returns whether the memo is on."""
     if _state["installed"]:

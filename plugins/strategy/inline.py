@@ -70,10 +70,10 @@ from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_
 
 display = Display()
 
-# Actions that run on the controller only and never open the host's connection.
+# Actions that run on the controller only and never open the host's connection, as Ansible resolves them (an
+# ``ansible.legacy.*`` resolution is a local action_plugins/ override, which is not one of these).
 CONTROLLER_ACTIONS = frozenset(
-    prefix + name
-    for prefix in ("ansible.builtin.", "ansible.legacy.", "")
+    "ansible.builtin." + name
     for name in ("set_fact", "assert", "debug", "fail", "include_vars", "include_tasks", "include_role",
                  "validate_argument_spec")
 ) | frozenset(("mlplatform.gpunode.role_variables", "mlplatform.gpunode.checks"))
@@ -85,7 +85,7 @@ def inline_reason(task, task_vars):
     if task.loop is not None or task.loop_with or task.until or task.retries is not None or task.delegate_to:
         return None
     # The action as linear resolved it (collections keyword, action_plugins/ overrides), not as written.
-    if getattr(task, "resolved_action", None) in CONTROLLER_ACTIONS:
+    if task.resolved_action in CONTROLLER_ACTIONS:
         return "controller action"
     if task.when:
         try:
