@@ -17,12 +17,18 @@ import datetime
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-try:
-    import kubernetes
-    from kubernetes.dynamic import DynamicClient
-    from kubernetes.dynamic.exceptions import ApiException
-except ImportError:  # pragma: no cover - kubernetes.core needs the same library
-    kubernetes = None
+
+def _client_library():
+    """``(kubernetes, DynamicClient, ApiException)``, imported when a task runs (the library takes about half a
+    second to import; every ansible-playbook run loads this plugin, few of them patch Node conditions)."""
+    try:
+        import kubernetes
+        import kubernetes.config
+        from kubernetes.dynamic import DynamicClient
+        from kubernetes.dynamic.exceptions import ApiException
+    except ImportError:  # pragma: no cover - kubernetes.core needs the same library
+        return None, None, None
+    return kubernetes, DynamicClient, ApiException
 
 STATUSES = ("True", "False", "Unknown")
 MESSAGE_MAX = 1024
@@ -80,6 +86,7 @@ class ActionModule(ActionBase):
         if not isinstance(nodes, dict) or not nodes:
             raise AnsibleActionFail("node_conditions: nodes must map Node names to their conditions")
         wanted = {str(name): desired_conditions(name, conds) for name, conds in nodes.items()}
+        kubernetes, DynamicClient, ApiException = _client_library()
         if kubernetes is None:
             raise AnsibleActionFail("node_conditions: the kubernetes Python library is missing on the controller "
                                     "(kubernetes.core needs it too)")
