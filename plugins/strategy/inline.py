@@ -26,10 +26,9 @@ description:
     C(ansible.builtin.include_vars), C(ansible.builtin.include_tasks), C(ansible.builtin.include_role),
     C(ansible.builtin.validate_argument_spec), C(mlplatform.gpunode.role_variables),
     C(mlplatform.gpunode.checks)), or
-  - its C(when) is false on the host's variables, so the executor only reports it skipped. A C(when) that
-    cannot be evaluated here forks a worker, which reports the error as C(ansible.builtin.linear) does. One
-    that the executor finds true after all (it adds the connection's variables, such as C(ansible_host), first)
-    goes to a worker before anything reaches the host.
+  - it has a C(when). Ansible's task executor evaluates it here, once, on the variables it would use in a
+    worker (with the connection's, such as C(ansible_host)). False, the line is reported skipped; true, the
+    line goes to a worker before anything else of it is done; an error in it is reported as in a worker.
   - A host on a persistent connection (C(network_cli), C(httpapi)) runs every task line in a worker.
   - Every other task line forks a worker as C(ansible.builtin.linear) does, within C(forks).
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
@@ -48,7 +47,8 @@ notes:
     all of 2.19; if a later ansible-core drops such plugins, C(strategy = linear) gives the same results.
   - Callbacks that recognise a lockstep strategy by its name (C(ansible.posix.json) looks for C(linear) or
     C(debug)) treat this one as they treat C(free); the default callback's output is the same as under C(linear).
-  - A C(when) that holds is evaluated twice (here, then in the worker), so a lookup in it runs twice.
+  - A C(when) that holds on a line that reaches the host is evaluated twice (here, then in the worker), so a
+    lookup in it runs twice.
 seealso:
   - name: Ansible, controlling playbook execution (strategies and forks)
     description: Ansible's strategies, and the worker it forks for each task line and host.
@@ -79,21 +79,31 @@ CONTROLLER_ACTIONS = frozenset(
 ) | frozenset(("mlplatform.gpunode.role_variables", "mlplatform.gpunode.checks"))
 
 
-def inline_reason(task, task_vars):
-    """Why ``task`` can run for the host of ``task_vars`` without a worker: ``"controller action"``,
-    ``"condition false"``, or None (fork a worker)."""
+def inline_reason(task):
+    """Why ``task`` can run without a worker: ``"controller action"``, ``"conditional"`` (its ``when`` decides:
+    false, the executor only reports it skipped; true, it goes to a worker), or None (fork a worker)."""
     if task.loop is not None or task.loop_with or task.until or task.retries is not None or task.delegate_to:
         return None
     # The action as linear resolved it (collections keyword, action_plugins/ overrides), not as written.
     if task.resolved_action in CONTROLLER_ACTIONS:
         return "controller action"
     if task.when:
-        try:
-            if not task._resolve_conditional(task.when, task_vars):
-                return "condition false"
-        except Exception:  # noqa: BLE001 -- the worker evaluates it again and reports the error as linear does
-            return None
+        return "conditional"
     return None
+
+
+def _stop_when_true(run_task):
+    """Make the executor's evaluation of ``run_task``'s ``when`` (its first conditional, on the variables it
+    adds for the connection) hand a true result to a worker before the task goes further: the executor then
+    evaluates it once for a skipped line, and nothing of a line that runs is done here."""
+    resolve = run_task._resolve_conditional
+
+    def resolve_or_stop(*args, **kwargs):
+        if resolve(*args, **kwargs):
+            raise _NeedsWorker()
+        return False
+
+    run_task._resolve_conditional = resolve_or_stop
 
 
 class _NeedsWorker(BaseException):
@@ -105,10 +115,10 @@ class _InlineTaskExecutor(TaskExecutor):
     """Ansible's task executor, stopped before it would use the host's connection when that is not wanted here.
 
     The executor creates the connection object (without connecting) right before it runs the action, after the
-    conditional and the includes. Inline, that point is only reached by a controller-only action on a connection
-    that does not persist. A task inlined because its ``when`` was false on the strategy's variables, which the
-    executor then finds true (it adds the connection's magic variables first), goes to a worker, as does any task
-    on a persistent connection (network_cli, httpapi), whose daemon a worker starts."""
+    conditional and the includes. Inline, that point is only reached by a controller-only action (a task inlined
+    for its ``when`` leaves at the conditional when it holds, _stop_when_true) on a connection that does not
+    persist. A task on a persistent connection (network_cli, httpapi), whose daemon a worker starts, goes to a
+    worker there."""
 
     def __init__(self, *args, controller_action, **kwargs):
         super().__init__(*args, **kwargs)
@@ -129,7 +139,7 @@ class StrategyModule(LinearStrategyModule):
         compile_memo.install()
 
     def _queue_task(self, host, task, task_vars, play_context):
-        reason = inline_reason(task, task_vars)
+        reason = inline_reason(task)
         if reason is None:
             return super()._queue_task(host, task, task_vars, play_context)
         display.debug(f"inline: {host.name}/{task.action} ({reason})")
@@ -138,6 +148,8 @@ class StrategyModule(LinearStrategyModule):
         # The executor templates the task in place (post_validate) and adds to the variables: give it its own
         # copies, as a forked worker has. The parent blocks are copied without their task lists.
         run_task = task.copy(exclude_parent=False, exclude_tasks=True)
+        if reason == "conditional":
+            _stop_when_true(run_task)
         try:
             with _task.TaskContext(run_task):
                 result = _InlineTaskExecutor(host, run_task, dict(task_vars), play_context, self._loader,

@@ -62,6 +62,10 @@ PLAY = """
       ansible.builtin.command: "false"
       when: false
 
+    - name: A module whose false when counts its evaluations
+      ansible.builtin.command: "false"
+      when: lookup('ansible.builtin.pipe', 'echo x >> when-evaluated-$ANSIBLE_STRATEGY') is none
+
     - name: A when that cannot be evaluated, ignored
       ansible.builtin.debug:
         msg: never
@@ -201,6 +205,10 @@ def test_inline_gives_the_results_of_linear_without_a_worker_for_controller_line
     assert sorted(inline_ppid["magic"]) == ["h1", "h2", "h3"]
     assert len(set(inline_ppid["magic"].values())) == 3
     assert not set(inline_ppid["magic"].values()) & set(inline_ppid["set_fact"].values())
+    # A false `when` is evaluated once per host, as under linear (by the executor, not also by the strategy).
+    assert inline_results[("A module whose false when counts its evaluations", "h2")]["skipped"] is True
+    for strategy in ("linear", "mlplatform.gpunode.inline"):
+        assert (tmp_path / f"when-evaluated-{strategy}").read_text().split() == ["x"] * 3
 
 
 MEMO = """
