@@ -58,6 +58,9 @@ seealso:
     link: https://docs.ansible.com/ansible/latest/collections/ansible/builtin/linear_strategy.html
 """
 
+import os
+
+from ansible import constants as C
 from ansible._internal import _task
 from ansible._internal._errors import _error_utils
 from ansible.errors import AnsibleError
@@ -77,6 +80,24 @@ CONTROLLER_ACTIONS = frozenset(
     for name in ("set_fact", "assert", "debug", "fail", "include_vars", "include_tasks", "include_role",
                  "validate_argument_spec")
 ) | frozenset(("mlplatform.gpunode.role_variables", "mlplatform.gpunode.checks"))
+
+
+# Where the compiled templates are kept across runs (compile_memo), unless GPUNODE_COMPILE_CACHE names another file
+# or is "off".
+CACHE_ENV = "GPUNODE_COMPILE_CACHE"
+
+
+def compile_cache_path(environ=None):
+    """The compile cache file of this run: E(GPUNODE_COMPILE_CACHE), None when it is ``off`` (or ``false``, ``no``,
+    ``0``), else ``mlplatform.gpunode/compile-cache`` in Ansible's home directory (``ANSIBLE_HOME``, by default
+    ``~/.ansible``)."""
+    value = (os.environ if environ is None else environ).get(CACHE_ENV)
+    if value is not None and value.strip().lower() in ("off", "false", "no", "0", ""):
+        return None
+    if value:
+        return os.path.abspath(os.path.expanduser(value))
+    return os.path.join(os.path.expanduser(C.config.get_config_value("ANSIBLE_HOME")), "mlplatform.gpunode",
+                        "compile-cache")
 
 
 def inline_reason(task):
@@ -136,7 +157,16 @@ class StrategyModule(LinearStrategyModule):
 
     def __init__(self, tqm):
         super().__init__(tqm)
-        compile_memo.install()
+        compile_memo.install(compile_cache_path())
+
+    def run(self, iterator, play_context):
+        try:
+            return super().run(iterator, play_context)
+        finally:
+            memo = compile_memo.stats()
+            display.vvv(f"inline: compile memo after this play: {memo['entries']} templates, {memo['hits']} reused, "
+                        f"{memo['misses']} compiled, {memo['loaded']} loaded from {memo['cache_path']}"
+                        + (f" ({memo['cache_error']})" if memo["cache_error"] else ""))
 
     def _queue_task(self, host, task, task_vars, play_context):
         reason = inline_reason(task)

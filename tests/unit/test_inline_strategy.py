@@ -253,3 +253,69 @@ def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
     assert out["after_second"]["misses"] == 5 and out["after_second"]["hits"] == 5
     assert out["other"] == "1 {{ a }}"
     assert out["plain"] == "[[ a ]] 1"
+
+
+CACHE = """
+    import json, os, sys
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    _AnsibleCollectionFinder(paths=[os.path.join(os.getcwd(), ".cache", "collections")])._install()
+    from ansible._internal._templating._engine import TemplateEngine
+    from ansible._internal._datatag._tags import TrustedAsTemplate
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo
+
+    engine = TemplateEngine(variables={"a": 1, "b": [1, 2], "s": "x"})
+    installed = compile_memo.install(sys.argv[1])
+    loaded = compile_memo.stats()
+    out = [engine.template(TrustedAsTemplate().tag(t)) for t in
+           ["{{ a + 1 }}", "{% for i in b %}{{ i }}{% endfor %}", "{{ s | upper }}"]]
+    out.append(engine.evaluate_conditional(TrustedAsTemplate().tag("a == 1")))
+    print(json.dumps({"installed": installed, "loaded": loaded, "out": out, "after": compile_memo.stats()}))
+"""
+
+
+def _cache_run(path):
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CACHE), str(path)], capture_output=True, text=True,
+                          env=env, check=False, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_compile_cache_keeps_the_compiled_templates_across_runs_and_trusts_only_a_private_file(tmp_path):
+    cache = tmp_path / "home" / "mlplatform.gpunode" / "compile-cache"
+    first = _cache_run(cache)
+    assert first["installed"] is True and first["out"] == [2, "12", "X", True]
+    assert first["loaded"]["loaded"] == 0 and first["after"]["misses"] == 4
+    # Written when the process exited: the directory 0700, the file 0600.
+    assert (cache.parent.stat().st_mode & 0o777, cache.stat().st_mode & 0o777) == (0o700, 0o600)
+    written = cache.read_bytes()
+
+    second = _cache_run(cache)
+    assert second["out"] == first["out"]
+    assert second["loaded"]["loaded"] == 4 and second["loaded"]["cache_error"] is None
+    assert second["after"]["misses"] == 0 and second["after"]["hits"] == 4
+    assert cache.read_bytes() == written  # nothing new compiled: not written again
+
+    # A file others can write is not trusted: compiled anew, and replaced by a private one.
+    cache.chmod(0o666)
+    third = _cache_run(cache)
+    assert third["loaded"]["loaded"] == 0 and "writable by group or others" in third["loaded"]["cache_error"]
+    assert third["after"]["misses"] == 4 and cache.stat().st_mode & 0o777 == 0o600
+
+    # A file of another version, or not a cache at all, is ignored the same way.
+    import marshal
+    cache.write_bytes(marshal.dumps(((0, "another python", b"", "0", "0"), [])))
+    assert "another Python" in _cache_run(cache)["loaded"]["cache_error"]
+    cache.write_bytes(b"not marshal data")
+    broken = _cache_run(cache)
+    assert broken["loaded"]["loaded"] == 0 and broken["loaded"]["cache_error"] and broken["out"] == first["out"]
+
+
+def test_compile_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(REPO / ".cache" / "collections"))
+    from ansible_collections.mlplatform.gpunode.plugins.strategy import inline
+
+    assert inline.compile_cache_path({"GPUNODE_COMPILE_CACHE": "off"}) is None
+    assert inline.compile_cache_path({"GPUNODE_COMPILE_CACHE": ""}) is None
+    assert inline.compile_cache_path({"GPUNODE_COMPILE_CACHE": str(tmp_path / "c")}) == str(tmp_path / "c")
+    assert inline.compile_cache_path({}).endswith(os.path.join("mlplatform.gpunode", "compile-cache"))
