@@ -34,8 +34,15 @@ description:
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
     and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
     other; each takes milliseconds.
-  - It also compiles each Jinja template and conditional once per run instead of once per task line and host
+  - It also compiles each Jinja template and conditional once instead of once per task line and host
     (ansible-core 2.19 keeps no compiled template); the forked workers inherit the compiled code.
+  - The compiled templates are kept across runs in one file, C(ANSIBLE_HOME/mlplatform.gpunode/compile-cache)
+    (0600, in a 0700 directory), written once when ansible-playbook exits and only when the run compiled
+    something new. It is used only when it belongs to the user, nobody else can write it or its directory, and it
+    was written by the same Python, ansible-core and Jinja; otherwise it is ignored and written anew. Templates
+    that come from vaulted values are never written to it. E(GPUNODE_COMPILE_CACHE) names another file, or is
+    C(off) to keep the compiled templates for the run only. C(-vvv) shows, after each play, how many templates
+    were reused, compiled and loaded from the file.
   - The collection's C(ansible.cfg) selects it (C(strategy = mlplatform.gpunode.inline)). To go back to the
     built-in strategy, set E(ANSIBLE_STRATEGY=linear) or C(strategy) in C([defaults]). The playbooks do the
     same with either.
