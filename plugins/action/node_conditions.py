@@ -30,6 +30,7 @@ def _client_library():
         return None, None, None
     return kubernetes, DynamicClient, ApiException
 
+
 STATUSES = ("True", "False", "Unknown")
 MESSAGE_MAX = 1024
 
