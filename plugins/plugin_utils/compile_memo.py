@@ -81,9 +81,10 @@ def _name_of(obj):
 
 def _plain(value):
     """Whether ``value`` is plain data marshal writes as it is (exact str, int, bool, float, None, tuples)."""
-    if type(value) is tuple:
+    kind = type(value)  # exact types: marshal refuses subclasses (a tagged str)
+    if kind is tuple:
         return all(_plain(item) for item in value)
-    return type(value) in _PLAIN
+    return kind in _PLAIN
 
 
 def _header():
