@@ -121,3 +121,66 @@ def test_the_repository_ansible_cfg_enables_it_and_a_playbook_runs_it(tmp_path):
     line = next(line for line in proc.stdout.splitlines() if line.startswith("preload: "))
     assert int(line.split()[1]) >= count, line
     assert "before the workers fork" in line
+
+
+def test_module_payloads_are_built_ahead_by_a_helper_into_the_run_cache_the_workers_use(tmp_path):
+    out = run_python(f"""
+        from ansible import constants as C
+        from ansible.executor.module_common import modify_module
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.playbook import Playbook
+        from ansible.template import Templar
+        from ansible.vars.manager import VariableManager
+        from ansible_collections.mlplatform.gpunode.plugins.callback import preload
+
+        play = {str(tmp_path / "play.yml")!r}
+        open(play, "w").write('''
+        - hosts: all
+          gather_facts: false
+          tasks:
+            - name: An action plugin of the collection (it decides what runs)
+              mlplatform.gpunode.checks:
+                checks: []
+            - name: A module of the collection
+              mlplatform.gpunode.result_files:
+                path: /nonexistent
+            - name: Another line of the same module
+              mlplatform.gpunode.result_files:
+                path: /nonexistent
+            - name: A builtin module
+              ansible.builtin.command: "true"
+        ''')
+        loader = DataLoader()
+        plays = Playbook.load(play, variable_manager=VariableManager(loader=loader), loader=loader).get_plays()
+        modules = preload.playbook_modules(plays)
+        pid = preload.start_builder(modules)
+        _, status = os.waitpid(pid, 0)
+        cache = os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache")
+        built = sorted(f for f in os.listdir(cache) if not f.endswith(".lock"))
+        stamp = [os.stat(os.path.join(cache, f)).st_mtime_ns for f in built]
+        # What a worker does next: ansible-core finds the payload built and does not build it again.
+        name, path = modules[0]
+        bits = modify_module(module_name=name, module_path=path, module_args={{"path": "/x"}},
+                             templar=Templar(loader=loader), task_vars={{"ansible_python_interpreter": sys.executable}},
+                             module_compression=C.config.get_config_value("DEFAULT_MODULE_COMPRESSION"))
+        print(json.dumps({{"modules": [n for n, _ in modules], "status": os.waitstatus_to_exitcode(status),
+                          "built": built, "same": stamp == [os.stat(os.path.join(cache, f)).st_mtime_ns for f in built],
+                          "payload": b"_ansiballz_main" in bits.b_module_data}}))
+    """)
+    assert out["modules"] == ["mlplatform.gpunode.result_files"]
+    assert out["status"] == 0
+    assert out["built"] == ["ansible_collections.mlplatform.gpunode.plugins.modules.result_files-ZIP_DEFLATED-none"]
+    assert out["same"] is True and out["payload"] is True
+    assert preload_stop_is_safe()
+
+
+def preload_stop_is_safe():
+    """stop_builder on no helper, or on one already reaped, is a no-op."""
+    sys.path.insert(0, str(REPO / ".cache" / "collections"))
+    from ansible_collections.mlplatform.gpunode.plugins.callback import preload
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return preload.stop_builder(None) and preload.stop_builder(pid) and preload.stop_builder(pid, wait=True)
