@@ -11,10 +11,11 @@ half of a plan line's CPU. ``install()`` memoizes the compiled code object on th
 
 The memo key is everything the compiled code depends on: the source text, whether it is a template or an
 expression, the name and file name given, the compile-time context (``escape_backslashes``), the environment's
-class, its lexer settings (the template override fields), ``optimized``, ``autoescape``, ``finalize``, and
-Ansible's ``ALLOW_EMBEDDED_TEMPLATES``. Only trusted templates reach the compiler (Ansible checks trust
-first), and only the code object is kept: rendering still builds a new template object with the environment
-and globals of that call. Template debugging (``_debuggable_template_source``) and ``raw`` compiles bypass it.
+class, its lexer settings (the template override fields), ``optimized``, ``autoescape``, ``finalize``, its Jinja
+extensions (``DEFAULT_JINJA2_EXTENSIONS``), whether it is async, and Ansible's ``ALLOW_EMBEDDED_TEMPLATES``.
+Only trusted templates reach the compiler (Ansible checks trust first), and only the code object is kept:
+rendering still builds a new template object with the environment and globals of that call. Template debugging
+(``_debuggable_template_source``) and ``raw`` compiles bypass it.
 
 Across runs (``install(cache_path)``, as the ``inline`` strategy calls it): the code objects are kept in one file,
 as Jinja's own bytecode cache keeps compiled templates (``marshal``), so that a re-run compiles only what it had
@@ -48,7 +49,7 @@ import types
 
 MAX_ENTRIES = 8192
 # Bumped whenever the file's layout or the key's fields change.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 # Marks the key of a template that came from a vaulted value: never written to the cache file.
 _VAULTED = object()
 # Types a key of the file holds (marshal writes them as they are; a subclass such as a tagged str it refuses).
@@ -211,7 +212,8 @@ def install(cache_path=None):
         key = (text, kind, name, filename, defer_init, bool(context and context.escape_backslashes),
                bool(_TemplateConfig.allow_embedded_templates), _name_of(type(self)),
                tuple(getattr(self, field) for field in override_fields),
-               self.optimized, self.autoescape, _name_of(self.finalize)) + ((_VAULTED,) if vaulted else ())
+               self.optimized, self.autoescape, _name_of(self.finalize), tuple(sorted(self.extensions)),
+               bool(self.is_async)) + ((_VAULTED,) if vaulted else ())
         with _lock:
             code = _memo.get(key)
             if code is not None:
