@@ -22,12 +22,17 @@ as Jinja's own bytecode cache keeps compiled templates (``marshal``), so that a 
 not compiled before. The file is read when the memo is installed and written once when ansible-playbook exits,
 only when the run compiled something new (atomically: a temporary file in the same directory, then a rename).
 It holds the entries whose key is plain data (the environment's class and ``finalize`` by their names), at most
-``MAX_ENTRIES``, the most recently used kept. It is used only when it matches this process exactly (the cache
+``MAX_ENTRIES``, the most recently used kept, each with the filters and tests Jinja's code generator looked up for
+it: whether each was there, and how it is passed its context (the ``pass_*`` decorators), both of which the
+generated code depends on. An entry taken from the file is used only after these are found the same in this
+process (plugins change between runs: another collection version, a ``filter_plugins`` directory); otherwise it
+is compiled again. It is used only when it matches this process exactly (the cache
 format, the Python version and bytecode magic number, the ansible-core and Jinja versions), when it and its
 directory belong to the user running ansible-playbook and nobody else can write them (the file 0600, the
 directory 0700), and when it can be read whole; otherwise it is ignored and written anew. Code in it runs as
-the collections in ``ANSIBLE_HOME`` do, which is where the strategy keeps it. A template that came from a vaulted
-value is never written to it (its text is kept in this process only).
+the collections in ``ANSIBLE_HOME`` do, which is where the strategy keeps it. Only templates that came from a
+plaintext file (Ansible's Origin tag) are written to it: never a vaulted value, a template from a file that
+ansible-vault encrypted whole, or one whose file is not known (those are kept in this process only).
 
 This hooks ``ansible._internal``, which is not a public API; meta/runtime.yml pins ansible-core 2.19, whose
 classes these are. When they are not there, ``install()`` changes nothing and returns False.
@@ -49,24 +54,35 @@ import types
 
 MAX_ENTRIES = 8192
 # Bumped whenever the file's layout or the key's fields change.
-CACHE_FORMAT = 2
-# Marks the key of a template that came from a vaulted value: never written to the cache file.
-_VAULTED = object()
+CACHE_FORMAT = 3
+# Marks the key of a template that may not be written to the cache file (_writable_origin).
+_LOCAL = object()
+# The first bytes of a file that ansible-vault encrypted whole.
+_VAULT_HEADER = b"$ANSIBLE_VAULT"
 # Types a key of the file holds (marshal writes them as they are; a subclass such as a tagged str it refuses).
 _PLAIN = (str, int, bool, float, type(None))
 
-_state = {"installed": False, "hits": 0, "misses": 0, "loaded": 0, "cache_path": None, "cache_error": None,
-          "saved": False}
+_state = {"installed": False, "hits": 0, "misses": 0, "new": 0, "loaded": 0, "stale": 0, "cache_path": None,
+          "cache_error": None, "saved": False}
+# key -> (code, deps): deps are the filters and tests the code generator looked up, ``(kind, name, pass_arg,
+# found)``. Keys loaded from the cache file are in _unverified until their deps are checked at their first use.
 _memo: collections.OrderedDict = collections.OrderedDict()
+_unverified: set = set()
 _lock = threading.Lock()
+# While this module compiles: the list the filter and test lookups of the code generator are recorded in.
+_recording = contextvars.ContextVar("gpunode_compile_memo_recording", default=None)
+# ansible-core's Origin and VaultedValue tags (set by install()), and whether each source file is plaintext.
+_origin = _vaulted_value = None
+_plaintext: dict = {}
 # The text of the expression compile_expression is compiling: Jinja hands compile() a parsed node for it.
 _expression = contextvars.ContextVar("gpunode_compile_memo_expression", default=None)
 
 
 def stats():
-    """``{"installed", "hits", "misses", "entries", "loaded", "cache_path", "cache_error", "saved"}`` of this
-    process: ``loaded`` entries came from the cache file, ``cache_error`` says why it was not used (None when it
-    was, or when there was none yet)."""
+    """``{"installed", "hits", "misses", "new", "entries", "loaded", "stale", "cache_path", "cache_error",
+    "saved"}`` of this process: ``new`` of the misses may be written to the cache file, ``loaded`` entries came
+    from it, ``stale`` of those were compiled again (a filter or test is not what it was), ``cache_error`` says why
+    the file was not used (None when it was, or when there was none yet)."""
     with _lock:
         return {**_state, "entries": len(_memo)}
 
@@ -94,10 +110,9 @@ def _header():
     return (CACHE_FORMAT, sys.version, importlib.util.MAGIC_NUMBER, ansible_version, jinja2.__version__)
 
 
-def _private(path, directory=False):
-    """Why ``path`` cannot be trusted (another owner, writable by group or others, not the kind expected), or
-    None."""
-    info = os.lstat(path)
+def _refusal(info, path, directory=False):
+    """Why a file or directory with ``info`` (its stat) cannot be trusted (another owner, writable by group or
+    others, not the kind expected), or None."""
     if directory and not stat.S_ISDIR(info.st_mode) or not directory and not stat.S_ISREG(info.st_mode):
         return f"{path} is not a {'directory' if directory else 'regular file'}"
     if info.st_uid != os.geteuid():
@@ -107,47 +122,70 @@ def _private(path, directory=False):
     return None
 
 
+def _private(path, directory=False):
+    """_refusal of ``path`` itself (lstat: a symbolic link is neither a regular file nor a directory)."""
+    return _refusal(os.lstat(path), path, directory)
+
+
+def _entries(loaded):
+    """The entries of a cache file's body that have the shape save() writes: ``[(key, code, deps)]``."""
+    if not isinstance(loaded, list):
+        raise ValueError("the cache body is not a list")
+    return [(entry[0], entry[1], entry[2]) for entry in loaded
+            if isinstance(entry, tuple) and len(entry) == 3 and _plain(entry[0]) and _plain(entry[2])
+            and isinstance(entry[1], types.CodeType)]
+
+
 def load(path):
     """Fill the memo from the cache file ``path``. Returns the number of entries taken; a file that is missing,
-    not private, of another version or unreadable is ignored (``stats()["cache_error"]`` says why)."""
+    not private, of another version or unreadable is ignored (``stats()["cache_error"]`` says why). Each entry
+    taken is checked against the filters and tests it was compiled with before its first use (_deps_hold)."""
     try:
-        why = _private(os.path.dirname(path) or ".", directory=True) or _private(path)
+        why = _private(os.path.dirname(path) or ".", directory=True)
         if why:
             _state["cache_error"] = why
             return 0
-        with open(path, "rb") as handle:
-            header, entries = marshal.loads(handle.read())  # noqa: S302 -- the user's own 0600 file, checked above
+        # Opened without following a link, then judged on what was opened (no gap between the check and the read).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as handle:
+            why = _refusal(os.fstat(handle.fileno()), path)
+            if why:
+                _state["cache_error"] = why
+                return 0
+            if marshal.load(handle) != _header():  # noqa: S302 -- the user's own 0600 file, checked above
+                _state["cache_error"] = f"{path}: written by another Python, ansible-core or Jinja"
+                return 0
+            entries = _entries(marshal.load(handle))  # noqa: S302 -- as above, and of this Python
     except FileNotFoundError:
         return 0
     except (OSError, ValueError, EOFError, TypeError) as exc:
         _state["cache_error"] = f"{path}: {exc}"
         return 0
-    if header != _header():
-        _state["cache_error"] = f"{path}: written by another Python, ansible-core or Jinja"
-        return 0
     taken = 0
     with _lock:
-        for key, code in entries[-MAX_ENTRIES:]:
-            if key not in _memo and isinstance(code, types.CodeType):
-                _memo[key] = code
+        for key, code, deps in entries[-MAX_ENTRIES:]:
+            if key not in _memo:
+                _memo[key] = (code, deps)
+                _unverified.add(key)
                 taken += 1
         _state["loaded"] += taken
     return taken
 
 
 def save(path):
-    """Write the memo's plain-keyed entries to ``path`` (directory 0700, file 0600, atomically). Returns whether
-    it wrote; nothing is written when this process compiled nothing new since it loaded the file."""
+    """Write the memo's entries that may leave this process (plain keys) to ``path`` (directory 0700, file 0600,
+    atomically): the header, then ``[(key, code, deps)]``. Returns whether it wrote; nothing is written when this
+    process compiled nothing new that may be written."""
     with _lock:
-        if not _state["misses"]:
+        if not _state["new"]:
             return False
-        entries = [(key, code) for key, code in _memo.items() if _plain(key)][-MAX_ENTRIES:]
+        entries = [(key, code, deps) for key, (code, deps) in _memo.items() if _plain(key)][-MAX_ENTRIES:]
     directory = os.path.dirname(path) or "."
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         if _private(directory, directory=True):
             return False
-        data = marshal.dumps((_header(), entries))
+        data = marshal.dumps(_header()) + marshal.dumps(entries)
         fd, temporary = tempfile.mkstemp(prefix=".compile-cache-", dir=directory)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -168,27 +206,87 @@ def _save_at_exit(path, pid):
         save(path)
 
 
+def _pass_arg(func):
+    """How Jinja passes its context to a filter or test (the ``pass_*`` decorators), compiled into the code:
+    ``context``, ``eval_context``, ``environment`` or None."""
+    from jinja2.utils import _PassArg
+
+    found = _PassArg.from_obj(func) if func is not None else None
+    return found.name if found is not None else None
+
+
+def _deps_hold(env, deps):
+    """Whether every filter and test a loaded entry was compiled with is still there, or still missing, and is
+    passed the same arguments (the code Jinja generated for it depends on both)."""
+    token = _recording.set(None)
+    try:
+        for kind, name, pass_arg, found in deps:
+            try:
+                func = (env.filters if kind == "filter" else env.tests).get(name)
+            except Exception:  # noqa: BLE001 -- a plugin that no longer loads: compile again, which reports it
+                return False
+            if (func is not None) != found or _pass_arg(func) != pass_arg:
+                return False
+        return True
+    finally:
+        _recording.reset(token)
+
+
+def _writable_origin(source):
+    """Whether the compiled ``source`` may be written to the cache file: it came from a file (Ansible's Origin
+    tag) that is not vault-encrypted, and it is not a vaulted value. Anything else (a vaulted value, a file
+    encrypted whole, a template without a known file) stays in this process."""
+    if _vaulted_value is None or _vaulted_value.is_tagged_on(source):
+        return False
+    origin = _origin.get_tag(source)
+    path = getattr(origin, "path", None)
+    if not isinstance(path, str) or not path:
+        return False
+    plaintext = _plaintext.get(path)
+    if plaintext is None:
+        try:
+            with open(path, "rb") as handle:
+                plaintext = not handle.read(len(_VAULT_HEADER)).startswith(_VAULT_HEADER)
+        except OSError:
+            plaintext = False
+        _plaintext[path] = plaintext
+    return plaintext
+
+
 def install(cache_path=None):
     """Memoize ``AnsibleEnvironment.compile`` for the rest of this process; with ``cache_path``, also load that
     cache file now and write it when this process exits. Returns whether the memo is on."""
     if _state["installed"]:
         return True
     try:
-        from ansible._internal._datatag._tags import VaultedValue as vaulted_value
-        from ansible._internal._templating import _jinja_bits
+        from ansible._internal._datatag._tags import Origin, VaultedValue
+        from ansible._internal._templating import _jinja_bits, _jinja_plugins
         from ansible._internal._templating._jinja_common import _TemplateConfig
         env_class = _jinja_bits.AnsibleEnvironment
+        intercept_class = _jinja_plugins.JinjaPluginIntercept
         compile_context = _jinja_bits._TemplateCompileContext
         override_fields = tuple(_jinja_bits._TEMPLATE_OVERRIDE_FIELD_NAMES)
         original_compile = env_class.compile
         original_compile_expression = env_class.compile_expression
+        original_get = intercept_class.get
         _TemplateConfig.allow_embedded_templates  # noqa: B018 -- present in the ansible-core the key was written for
     except (ImportError, AttributeError):
         return False
+    global _origin, _vaulted_value  # noqa: PLW0603 -- set once, by the install that hooks the compiler
+    _origin, _vaulted_value = Origin, VaultedValue
+
+    def get(self, key, default=None):
+        # Jinja's code generator looks each filter and test up here (a missing one fails the compile; how it is
+        # passed its context is written into the code): recorded while this module compiles.
+        func = original_get(self, key, default)
+        record = _recording.get()
+        if record is not None:
+            record.append((self._plugin_loader.type, str(key), _pass_arg(func), func is not None))
+        return func
 
     def compile_expression(self, source, *args, **kwargs):
         token = _expression.set((str.__str__(source) if isinstance(source, str) else str(source),
-                                 vaulted_value.is_tagged_on(source)))
+                                 _writable_origin(source)))
         try:
             return original_compile_expression(self, source, *args, **kwargs)
         finally:
@@ -197,37 +295,55 @@ def install(cache_path=None):
     def compile(self, source, name=None, filename=None, raw=False, defer_init=False):  # noqa: A001 -- Jinja's name
         if raw or self._debuggable_template_source:
             return original_compile(self, source, name, filename, raw, defer_init)
-        vaulted = False
         if isinstance(source, str):
-            kind, text = "template", str.__str__(source)
-            vaulted = vaulted_value.is_tagged_on(source)
+            kind, text, writable = "template", str.__str__(source), _writable_origin(source)
         else:
-            text, vaulted = _expression.get() or (None, False)
+            text, writable = _expression.get() or (None, False)
             if text is None:  # a node that did not come from compile_expression
                 return original_compile(self, source, name, filename, raw, defer_init)
             kind = "expression"
         _expression.set(None)  # the one node compile_expression hands on; nothing nested reuses the text
-        # A template that came from a vaulted value stays in this process: its key is not plain data (_VAULTED).
         context = compile_context.current(optional=True)
+        # An entry that may not leave this process (_writable_origin) has a key that is not plain data (_LOCAL).
         key = (text, kind, name, filename, defer_init, bool(context and context.escape_backslashes),
                bool(_TemplateConfig.allow_embedded_templates), _name_of(type(self)),
                tuple(getattr(self, field) for field in override_fields),
                self.optimized, self.autoescape, _name_of(self.finalize), tuple(sorted(self.extensions)),
-               bool(self.is_async)) + ((_VAULTED,) if vaulted else ())
+               bool(self.is_async)) + (() if writable else (_LOCAL,))
         with _lock:
-            code = _memo.get(key)
-            if code is not None:
-                _memo.move_to_end(key)
+            entry = _memo.get(key)
+            unverified = key in _unverified
+        if entry is not None and unverified:
+            holds = _deps_hold(self, entry[1])
+            with _lock:
+                _unverified.discard(key)
+                if not holds:
+                    _memo.pop(key, None)
+                    _state["stale"] += 1
+                    entry = None
+        if entry is not None:
+            with _lock:
+                if key in _memo:
+                    _memo.move_to_end(key)
                 _state["hits"] += 1
-                return code
-        code = original_compile(self, source, name, filename, raw, defer_init)
+            return entry[0]
+        deps = []
+        token = _recording.set(deps)
+        try:
+            code = original_compile(self, source, name, filename, raw, defer_init)
+        finally:
+            _recording.reset(token)
         with _lock:
             _state["misses"] += 1
-            _memo[key] = code
-            if len(_memo) > MAX_ENTRIES:
-                _memo.popitem(last=False)
+            if writable:
+                _state["new"] += 1
+            _memo[key] = (code, tuple(dict.fromkeys(deps)))
+            _memo.move_to_end(key)
+            while len(_memo) > MAX_ENTRIES:
+                _unverified.discard(_memo.popitem(last=False)[0])
         return code
 
+    intercept_class.get = get
     env_class.compile = compile
     env_class.compile_expression = compile_expression
     _state["installed"] = True

@@ -39,8 +39,10 @@ description:
   - The compiled templates are kept across runs in one file, C(ANSIBLE_HOME/mlplatform.gpunode/compile-cache)
     (0600, in a 0700 directory), written once when ansible-playbook exits and only when the run compiled
     something new. It is used only when it belongs to the user, nobody else can write it or its directory, and it
-    was written by the same Python, ansible-core and Jinja; otherwise it is ignored and written anew. Templates
-    that come from vaulted values are never written to it. E(GPUNODE_COMPILE_CACHE) names another file, or is
+    was written by the same Python, ansible-core and Jinja; otherwise it is ignored and written anew. An entry
+    is used only after the filters and tests it was compiled with are found the same (there or missing, and passed
+    the same context); otherwise it is compiled again. Only templates from plaintext files are written to it:
+    never a vaulted value, a template from a file ansible-vault encrypted whole, or one whose file is not known. E(GPUNODE_COMPILE_CACHE) names another file, or is
     C(off) to keep the compiled templates for the run only. C(-vvv) shows, after each play, how many templates
     were reused, compiled and loaded from the file.
   - The collection's C(ansible.cfg) selects it (C(strategy = mlplatform.gpunode.inline)). To go back to the

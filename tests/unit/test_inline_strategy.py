@@ -260,55 +260,95 @@ CACHE = """
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
     _AnsibleCollectionFinder(paths=[os.path.join(os.getcwd(), ".cache", "collections")])._install()
     from ansible._internal._templating._engine import TemplateEngine
-    from ansible._internal._datatag._tags import TrustedAsTemplate
+    from ansible._internal._datatag._tags import Origin, TrustedAsTemplate
     from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo
 
+    cache, source = sys.argv[1], sys.argv[2]
     engine = TemplateEngine(variables={"a": 1, "b": [1, 2], "s": "x"})
-    installed = compile_memo.install(sys.argv[1])
+    installed = compile_memo.install(cache)
     loaded = compile_memo.stats()
-    out = [engine.template(TrustedAsTemplate().tag(t)) for t in
+    def trusted(text):  # as a playbook's text reaches the templar: trusted, with the file it came from
+        return TrustedAsTemplate().tag(Origin(path=source, line_num=1).tag(text))
+    out = [engine.template(trusted(t)) for t in
            ["{{ a + 1 }}", "{% for i in b %}{{ i }}{% endfor %}", "{{ s | upper }}"]]
-    out.append(engine.evaluate_conditional(TrustedAsTemplate().tag("a == 1")))
+    out.append(engine.evaluate_conditional(trusted("a == 1")))
     print(json.dumps({"installed": installed, "loaded": loaded, "out": out, "after": compile_memo.stats()}))
 """
 
 
-def _cache_run(path):
+def _cache_run(path, source):
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CACHE), str(path)], capture_output=True, text=True,
-                          env=env, check=False, timeout=120, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CACHE), str(path), str(source)],
+                          capture_output=True, text=True, env=env, check=False, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_compile_cache_keeps_the_compiled_templates_across_runs_and_trusts_only_a_private_file(tmp_path):
+    import marshal
+
+    source = tmp_path / "tasks.yml"
+    source.write_text("- name: a plaintext task file\n")
     cache = tmp_path / "home" / "mlplatform.gpunode" / "compile-cache"
-    first = _cache_run(cache)
+    first = _cache_run(cache, source)
     assert first["installed"] is True and first["out"] == [2, "12", "X", True]
-    assert first["loaded"]["loaded"] == 0 and first["after"]["misses"] == 4
+    assert first["loaded"]["loaded"] == 0 and first["after"]["misses"] == first["after"]["new"] == 4
     # Written when the process exited: the directory 0700, the file 0600.
     assert (cache.parent.stat().st_mode & 0o777, cache.stat().st_mode & 0o777) == (0o700, 0o600)
     written = cache.read_bytes()
 
-    second = _cache_run(cache)
+    second = _cache_run(cache, source)
     assert second["out"] == first["out"]
     assert second["loaded"]["loaded"] == 4 and second["loaded"]["cache_error"] is None
-    assert second["after"]["misses"] == 0 and second["after"]["hits"] == 4
+    assert second["after"]["misses"] == 0 and second["after"]["hits"] == 4 and second["after"]["stale"] == 0
     assert cache.read_bytes() == written  # nothing new compiled: not written again
+
+    # Each entry holds the filters and tests it was compiled with; one that no longer matches (here the upper
+    # filter, recorded as taking the context) is compiled again, with the right result.
+    with cache.open("rb") as handle:
+        header, entries = marshal.load(handle), marshal.load(handle)  # noqa: S302 -- the file this test wrote
+    assert [dep for _key, _code, deps in entries for dep in deps] == [("filter", "upper", None, True)]
+    entries = [(key, code, tuple((k, n, "context", f) for k, n, _p, f in deps)) for key, code, deps in entries]
+    cache.write_bytes(marshal.dumps(header) + marshal.dumps(entries))
+    cache.chmod(0o600)
+    changed = _cache_run(cache, source)
+    assert changed["out"] == first["out"]
+    assert changed["after"]["stale"] == 1 and changed["after"]["misses"] == 1 and changed["after"]["hits"] == 3
 
     # A file others can write is not trusted: compiled anew, and replaced by a private one.
     cache.chmod(0o666)
-    third = _cache_run(cache)
+    third = _cache_run(cache, source)
     assert third["loaded"]["loaded"] == 0 and "writable by group or others" in third["loaded"]["cache_error"]
     assert third["after"]["misses"] == 4 and cache.stat().st_mode & 0o777 == 0o600
 
+    # A link in its place is not followed.
+    target = tmp_path / "elsewhere"
+    cache.rename(target)
+    cache.symlink_to(target)
+    assert _cache_run(cache, source)["loaded"]["loaded"] == 0 and cache.is_symlink() is False
     # A file of another version, or not a cache at all, is ignored the same way.
-    import marshal
-    cache.write_bytes(marshal.dumps(((0, "another python", b"", "0", "0"), [])))
-    assert "another Python" in _cache_run(cache)["loaded"]["cache_error"]
-    cache.write_bytes(b"not marshal data")
-    broken = _cache_run(cache)
+    cache.write_bytes(marshal.dumps((0, "another python", b"", "0", "0")) + marshal.dumps([]))
+    assert "another Python" in _cache_run(cache, source)["loaded"]["cache_error"]
+    cache.write_bytes(marshal.dumps(_cache_header_of(written)) + b"not marshal data")
+    broken = _cache_run(cache, source)
     assert broken["loaded"]["loaded"] == 0 and broken["loaded"]["cache_error"] and broken["out"] == first["out"]
+
+
+def _cache_header_of(data):
+    import io
+    import marshal
+
+    return marshal.load(io.BytesIO(data))  # noqa: S302 -- the file this test wrote
+
+
+def test_compile_cache_never_holds_templates_of_an_encrypted_file(tmp_path):
+    source = tmp_path / "secrets.yml"
+    source.write_text("$ANSIBLE_VAULT;1.1;AES256\n3938\n")  # a file ansible-vault encrypted whole
+    cache = tmp_path / "home" / "compile-cache"
+    first = _cache_run(cache, source)
+    assert first["out"] == [2, "12", "X", True] and first["after"]["misses"] == 4 and first["after"]["new"] == 0
+    assert not cache.exists()  # nothing that may be written: no file
+    assert _cache_run(cache, source)["after"]["misses"] == 4
 
 
 def test_compile_cache_path_follows_the_environment(monkeypatch, tmp_path):
