@@ -41,7 +41,7 @@ description:
     something new. It is used only when it belongs to the user, nobody else can write it or its directory, and it
     was written by the same Python, ansible-core and Jinja; otherwise it is ignored and written anew. An entry
     is used only after the filters and tests it was compiled with are found the same (there or missing, and passed
-    the same context); otherwise it is compiled again. Only templates from plaintext files are written to it:
+    the same context); otherwise it is compiled again. Only templates from plaintext files are written to it,
     never a vaulted value, a template from a file ansible-vault encrypted whole, or one whose file is not known.
     E(GPUNODE_COMPILE_CACHE) names another file, or is C(off) to keep the compiled templates for the run only.
     C(-vvv) shows, after each play, how many templates were reused, compiled and loaded from the file.
