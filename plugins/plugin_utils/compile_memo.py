@@ -131,7 +131,7 @@ def _entries(loaded):
     """The entries of a cache file's body that have the shape save() writes: ``[(key, code, deps)]``."""
     if not isinstance(loaded, list):
         raise ValueError("the cache body is not a list")
-    return [(entry[0], entry[1], entry[2]) for entry in loaded
+    return [entry for entry in loaded
             if isinstance(entry, tuple) and len(entry) == 3 and _plain(entry[0]) and _plain(entry[2])
             and isinstance(entry[1], types.CodeType)]
 
