@@ -45,6 +45,9 @@ description:
     never a vaulted value, a template from a file ansible-vault encrypted whole, or one whose file is not known.
     E(GPUNODE_COMPILE_CACHE) names another file, or is C(off) to keep the compiled templates for the run only.
     C(-vvv) shows, after each play, how many templates were reused, compiled and loaded from the file.
+  - It resolves each filter and test name once a run instead of once per task line and host (ansible-core 2.19
+    searches a collection's filter files again for every new template environment), keeping what the loader
+    found, or that it found none; a lookup that fails is not kept and fails again with Ansible's message.
   - The collection's C(ansible.cfg) selects it (C(strategy = mlplatform.gpunode.inline)). To go back to the
     built-in strategy, set E(ANSIBLE_STRATEGY=linear) or C(strategy) in C([defaults]). The playbooks do the
     same with either.
@@ -78,7 +81,7 @@ from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins.loader import get_plugin_loader_namespace
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 from ansible.utils.display import Display
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import compile_memo, plugin_lookup_memo
 
 display = Display()
 
@@ -167,6 +170,7 @@ class StrategyModule(LinearStrategyModule):
     def __init__(self, tqm):
         super().__init__(tqm)
         compile_memo.install(compile_cache_path())
+        plugin_lookup_memo.install()
 
     def run(self, iterator, play_context):
         try:
@@ -176,6 +180,8 @@ class StrategyModule(LinearStrategyModule):
             display.vvv(f"inline: compile memo after this play: {memo['entries']} templates, {memo['hits']} reused, "
                         f"{memo['misses']} compiled, {memo['loaded']} loaded from {memo['cache_path']}"
                         + (f" ({memo['cache_error']})" if memo["cache_error"] else ""))
+            lookups = plugin_lookup_memo.stats()
+            display.vvv(f"inline: filter and test names resolved: {lookups['misses']}, reused: {lookups['hits']}")
 
     def _queue_task(self, host, task, task_vars, play_context):
         reason = inline_reason(task)

@@ -255,6 +255,59 @@ def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
     assert out["plain"] == "[[ a ]] 1"
 
 
+
+LOOKUPS = """
+    import json, os
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    _AnsibleCollectionFinder(paths=[os.path.join(os.getcwd(), ".cache", "collections")])._install()
+    from ansible._internal._templating._engine import TemplateEngine
+    from ansible._internal._datatag._tags import TrustedAsTemplate
+    from ansible.errors import AnsibleError
+    from ansible.plugins.loader import filter_loader
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import plugin_lookup_memo
+
+    def render(text):
+        # A new engine each time, as each task line has: its own environment and plugin intercepts.
+        return TemplateEngine(variables={"b": [3, 1, 2]}).template(TrustedAsTemplate().tag(text))
+
+    texts = ["{{ b | length }}", "{{ ['x_a'] | mlplatform.gpunode.unknown_variables(['x_a', 'x_b']) | length }}",
+             "{{ b | sort | join(',') }}"]
+    before = [render(t) for t in texts]
+    installed = plugin_lookup_memo.install()
+    first = [render(t) for t in texts]
+    after_first = plugin_lookup_memo.stats()
+    second = [render(t) for t in texts]
+    after_second = plugin_lookup_memo.stats()
+    errors = []
+    for _ in range(2):  # a name that fails is not kept: the same error each time
+        try:
+            filter_loader.get("mlplatform.gpunode.no_such_filter_here.x.y")
+            errors.append(None)
+        except Exception as exc:  # noqa: BLE001 -- the test reports which error
+            errors.append(type(exc).__name__)
+    missing = [filter_loader.get("mlplatform.gpunode.no_such_filter") for _ in range(2)]
+    print(json.dumps({"installed": installed, "before": before, "first": first, "second": second,
+                      "after_first": after_first, "after_second": after_second, "errors": errors,
+                      "missing": [m is None for m in missing], "final": plugin_lookup_memo.stats()}))
+"""
+
+
+def test_plugin_lookup_memo_resolves_each_filter_name_once_and_keeps_no_failure():
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LOOKUPS)], capture_output=True, text=True,
+                          env=env, check=False, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["installed"] is True
+    assert out["before"] == out["first"] == out["second"] == [3, 0, "1,2,3"]
+    # length, unknown_variables, sort, join: each resolved once, then reused by the next environments.
+    assert out["after_first"]["misses"] == out["after_second"]["misses"] >= 4
+    assert out["after_second"]["hits"] - out["after_first"]["hits"] >= 4
+    # A malformed name raises both times (not kept); a well-formed name the collection lacks is "none" both times.
+    assert out["errors"][0] is not None and out["errors"] == [out["errors"][0]] * 2
+    assert out["missing"] == [True, True]
+
+
 CACHE = """
     import json, os, sys
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
