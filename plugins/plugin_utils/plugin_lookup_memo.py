@@ -29,26 +29,15 @@ from __future__ import annotations
 import threading
 
 _state = {"installed": False, "hits": 0, "misses": 0}
+# (loader type: "filter" or "test", name) -> the loader's answer for it.
+_memo: dict = {}
 _lock = threading.Lock()
 
 
 def stats():
     """``{"installed", "hits", "misses", "entries"}`` of this process (copies)."""
     with _lock:
-        return dict(_state, entries=sum(len(memo) for memo in _memos))
-
-
-# One dict per loader instance (filter, test), so that a loader built anew (a unit test) starts empty.
-_memos: list = []
-
-
-def _memo_of(loader):
-    memo = loader.__dict__.get("_gpunode_lookup_memo")
-    if memo is None:
-        memo = loader.__dict__.setdefault("_gpunode_lookup_memo", {})
-        with _lock:
-            _memos.append(memo)
-    return memo
+        return dict(_state, entries=len(_memo))
 
 
 def install():
@@ -64,15 +53,14 @@ def install():
     def get_with_context(self, name, *args, **kwargs):
         if args or kwargs or not isinstance(name, str):
             return original(self, name, *args, **kwargs)
-        memo = _memo_of(self)
-        key = str.__str__(name)
-        found = memo.get(key)
+        key = (self.type, str.__str__(name))
+        found = _memo.get(key)
         if found is not None:
             with _lock:
                 _state["hits"] += 1
             return found
         found = original(self, name)
-        memo[key] = found
+        _memo[key] = found
         with _lock:
             _state["misses"] += 1
         return found

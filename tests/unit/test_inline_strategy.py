@@ -241,12 +241,17 @@ MEMO = """
 """
 
 
-def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
+def _run_snippet(code, *args):
+    """Run ``code`` in a fresh Python with the checkout's collections; its last line of output, as JSON."""
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(MEMO)], capture_output=True, text=True,
-                          env=env, check=False, timeout=120, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                          capture_output=True, text=True, env=env, check=False, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
+    out = _run_snippet(MEMO)
     assert out["installed"] is True
     assert out["first"] == out["second"] == out["before"] == [2, "12", "X", "\\n", True]
     assert out["after_first"]["misses"] == 5 and out["after_first"]["hits"] == 0
@@ -255,14 +260,12 @@ def test_compile_memo_compiles_each_text_once_and_keeps_lexer_settings_apart():
     assert out["plain"] == "[[ a ]] 1"
 
 
-
 LOOKUPS = """
     import json, os
     from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
     _AnsibleCollectionFinder(paths=[os.path.join(os.getcwd(), ".cache", "collections")])._install()
     from ansible._internal._templating._engine import TemplateEngine
     from ansible._internal._datatag._tags import TrustedAsTemplate
-    from ansible.errors import AnsibleError
     from ansible.plugins.loader import filter_loader
     from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import plugin_lookup_memo
 
@@ -288,16 +291,12 @@ LOOKUPS = """
     missing = [filter_loader.get("mlplatform.gpunode.no_such_filter") for _ in range(2)]
     print(json.dumps({"installed": installed, "before": before, "first": first, "second": second,
                       "after_first": after_first, "after_second": after_second, "errors": errors,
-                      "missing": [m is None for m in missing], "final": plugin_lookup_memo.stats()}))
+                      "missing": [m is None for m in missing]}))
 """
 
 
 def test_plugin_lookup_memo_resolves_each_filter_name_once_and_keeps_no_failure():
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LOOKUPS)], capture_output=True, text=True,
-                          env=env, check=False, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_snippet(LOOKUPS)
     assert out["installed"] is True
     assert out["before"] == out["first"] == out["second"] == [3, 0, "1,2,3"]
     # length, unknown_variables, sort, join: each resolved once, then reused by the next environments.
@@ -330,11 +329,7 @@ CACHE = """
 
 
 def _cache_run(path, source):
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CACHE), str(path), str(source)],
-                          capture_output=True, text=True, env=env, check=False, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _run_snippet(CACHE, path, source)
 
 
 def test_compile_cache_keeps_the_compiled_templates_across_runs_and_trusts_only_a_private_file(tmp_path):
