@@ -20,8 +20,7 @@ Each side sends its RDMA port's link layer, state, rate (sysfs) and the ROCE_ACC
 
 from __future__ import annotations
 
-import json
-import secrets
+import os
 import socket
 import sys
 
@@ -88,8 +87,8 @@ def _local(state: HostState, device: str | None) -> dict:
     address = state.rdma_pci(device)
     ar = read_register(state, address)["adaptive_routing_forced_en"] if address else 0
     return {"device": device, "state": port_state, "rate_gbps": float(rate), "link_layer": state.port_attr(
-        device, "link_layer"), "adaptive_routing_forced_en": ar, "qpn": 0x100 + secrets.randbelow(0xf00),
-        "psn": secrets.randbelow(0x1000000)}
+        device, "link_layer"), "adaptive_routing_forced_en": ar, "qpn": 0x100 + _random_below(0xf00),
+        "psn": _random_below(0x1000000)}
 
 
 def _header(me: dict, server: bool) -> list[str]:
@@ -141,8 +140,19 @@ def _result(me: dict, peer: dict, gbits: bool) -> list[str]:
             f" {MSG_BYTES:<10} {ITERATIONS:<10}       {peak:<18.2f} {average:<18.2f} {rate:.6f}", RULE]
 
 
+def _random_below(bound: int) -> int:
+    """A random int in [0, bound) (QPN and PSN, as the real tool draws them); os.urandom, not ``secrets``, whose
+    import costs each call about 12 ms."""
+    return int.from_bytes(os.urandom(4), "big") % bound
+
+
+# The port facts each side sends: one line of tab-separated fields in this order (no field holds a tab).
+_WIRE = ("device", "state", "rate_gbps", "link_layer", "adaptive_routing_forced_en", "qpn", "psn")
+
+
 def _send(conn: socket.socket, data: dict) -> None:
-    conn.sendall((json.dumps(data) + "\n").encode())
+    fields = ["" if data[key] is None else str(data[key]) for key in _WIRE]
+    conn.sendall(("\t".join(fields) + "\n").encode())
 
 
 def _recv(conn: socket.socket) -> dict:
@@ -152,7 +162,18 @@ def _recv(conn: socket.socket) -> dict:
         if not chunk:
             raise Failure(" Failed to exchange data between server and clients", 1)
         buf += chunk
-    return json.loads(buf)
+    fields = buf.decode("utf-8", "replace").rstrip("\n").split("\t")
+    if len(fields) != len(_WIRE):
+        raise Failure(" Failed to exchange data between server and clients", 1)
+    data = dict(zip(_WIRE, fields, strict=True))
+    try:
+        data["rate_gbps"] = float(data["rate_gbps"])
+        for key in ("adaptive_routing_forced_en", "qpn", "psn"):
+            data[key] = int(data[key])
+    except ValueError:
+        raise Failure(" Failed to exchange data between server and clients", 1) from None
+    data["link_layer"] = data["link_layer"] or None
+    return data
 
 
 def _server(state: HostState, opts: dict) -> int:

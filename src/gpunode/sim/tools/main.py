@@ -9,9 +9,7 @@ Inside a simulated host every tool is a wrapper script (../README.md §2) callin
 
 from __future__ import annotations
 
-import importlib
 import os
-import re
 import sys
 
 from .state import StateError
@@ -21,13 +19,14 @@ ALIASES = {
     "gpunode-sim-fabric": "simctl",
     "gpunode-sim-ctl": "simctl",
 }
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz")
+_REST = _FIRST | frozenset("0123456789_")
 NOT_TOOLS = {"main", "state", "nvconfig", "topo"}
 
 
 def module_name(tool: str) -> str | None:
     name = ALIASES.get(tool, tool.replace("-", "_"))
-    if not _NAME_RE.match(name) or name in NOT_TOOLS:
+    if not name or name[0] not in _FIRST or not _REST.issuperset(name) or name in NOT_TOOLS:
         return None
     return name
 
@@ -38,7 +37,8 @@ def main(tool: str, argv: list[str]) -> int:
     module = None
     if name:
         try:
-            module = importlib.import_module(f".{name}", __package__)
+            __import__(f"{__package__}.{name}")  # not importlib: its import costs every tool call
+            module = sys.modules[f"{__package__}.{name}"]
         except ModuleNotFoundError as exc:
             if exc.name != f"{__package__}.{name}":
                 raise

@@ -10,6 +10,7 @@ Input errors exit 2 with an optparse-style message, as the real Python tool does
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .state import HostState
@@ -27,8 +28,8 @@ def read_qos(state: HostState, netdev: str) -> dict:
 def dcbx_mode(state: HostState, netdev: str) -> str:
     """``Firmware controlled`` when the port's current NV config has LLDP_NB_DCBX_P<n> on (the NIC
     firmware negotiates PFC with the switch), else ``OS controlled``."""
-    rec = next((r for r in state.nics() if (state.sys / "bus" / "pci" / "devices" / r["address"] / "net" / netdev)
-                .exists()), None)
+    rec = next((r for r in state.nics()
+                if os.path.exists(state.sys_path("bus", "pci", "devices", r["address"], "net", netdev))), None)
     if rec is None:
         return "OS controlled"
     card = state.card_state(rec["slot"])
@@ -76,7 +77,7 @@ def run(argv: list[str], tool: str = "mlnx_qos") -> int:
         return _error("Interface name is required")
     netdev = opts["interface"]
     state = HostState()
-    if not (state.sys / "class" / "net" / netdev).exists():
+    if not os.path.exists(state.sys_path("class", "net", netdev)):
         sys.stderr.write(f"Interface {netdev} doesn't exist\n")
         return 1
     if state.netdev_attr(netdev, "type") != "1":  # IPoIB: no DCB (no PFC on InfiniBand)

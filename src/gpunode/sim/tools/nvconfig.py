@@ -19,9 +19,18 @@ Enum members and ranges no sample shows are marked inferred below.
 
 from __future__ import annotations
 
-import re
-
 _BOOL = {"False": 0, "True": 1}
+
+
+def _named_number(text: str) -> tuple[str, int] | None:
+    """``NAME(<number>)`` (``True(1)``, ``ETH(2)``, ``X(-1)``; no parenthesis in the name) -> ``(name, number)``."""
+    if not text.endswith(")"):
+        return None
+    name, sep, number = text[:-1].partition("(")
+    digits = number.removeprefix("-")
+    if not sep or not name or ")" in name or not digits.isdecimal():
+        return None
+    return name, int(number)
 
 
 class Param:
@@ -73,10 +82,10 @@ class Param:
         text = text.strip()
         if self.kind == "array":
             return None
-        match = re.match(r"^(?P<name>[^()]+)\((?P<num>-?\d+)\)$", text)
-        if match:  # "True(1)", "ETH(2)": the name decides, the number must agree
-            number = self.parse(match.group("name"))
-            return number if number == int(match.group("num")) else None
+        named = _named_number(text)
+        if named:  # "True(1)", "ETH(2)": the name decides, the number must agree
+            number = self.parse(named[0])
+            return number if number == named[1] else None
         if self.kind == "bool":
             table = {k.upper(): v for k, v in _BOOL.items()}
             if text.upper() in table:
@@ -86,7 +95,7 @@ class Param:
             for name, number in self.options.items():
                 if name.upper() == text.upper():
                     return number
-            if re.match(r"^\d+$", text) and int(text) in self.options.values():
+            if text.isdecimal() and int(text) in self.options.values():
                 return int(text)
             return None
         try:

@@ -12,7 +12,7 @@ loaded, 18 on a driver/library version mismatch.
 from __future__ import annotations
 
 import hashlib
-import socket
+import os
 import sys
 import time
 
@@ -50,7 +50,8 @@ class Gpu:
         domain, bus, devfn = rec["address"].split(":")
         self.bus_id = f"0000{domain}:{bus}:{devfn}".upper()
         # Distinct per host (hostname inside a simulated host, state dir on the controller) and stable.
-        seed = hashlib.sha256(f"{socket.gethostname()}/{state.root}/{rec['address']}".encode()).hexdigest()
+        seed = hashlib.sha256(f"{os.uname().nodename}/{os.path.normpath(state.root_dir)}/{rec['address']}"
+                          .encode()).hexdigest()
         self.serial = "165" + str(int(seed[:12], 16))[:10].rjust(10, "0")
         self.uuid = f"GPU-{seed[:8]}-{seed[8:12]}-{seed[12:16]}-{seed[16:20]}-{seed[20:32]}"
         self.module_id = MODULE_IDS_8[index] if count == 8 else index + 1
@@ -238,7 +239,7 @@ def topo_matrix(state: HostState) -> str:
     gpus = state.gpus()
     nics = []
     for rec in state.nics():
-        if rec["rdma"] and (state.sys / "class" / "infiniband" / rec["rdma"]).exists():
+        if rec["rdma"] and os.path.exists(state.sys_path("class", "infiniband", rec["rdma"])):
             nics.append(rec)
     nics.sort(key=lambda r: (r["rdma"].rstrip("0123456789"), int("0" + "".join(c for c in r["rdma"] if c.isdigit()))))
     names = [f"GPU{i}" for i in range(len(gpus))] + [f"NIC{i}" for i in range(len(nics))]

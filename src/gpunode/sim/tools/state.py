@@ -18,12 +18,9 @@ Every write takes an exclusive ``fcntl.flock`` on ``<root>/.lock`` and replaces 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
+import marshal
 import os
-import re
-from pathlib import Path
 
 DEFAULT_ROOT = "/var/lib/gpunode-sim"
 ENV_ROOT = "GPUNODE_SIM_STATE"
@@ -34,40 +31,81 @@ ENV_NVIDIA_USERSPACE = "GPUNODE_SIM_NVIDIA_USERSPACE"
 # Fallback source of the userspace version: dpkg's database ($GPUNODE_SIM_DPKG_STATUS in tests).
 DPKG_STATUS = "/var/lib/dpkg/status"
 ENV_DPKG_STATUS = "GPUNODE_SIM_DPKG_STATUS"
+# The decoded JSON state files, keyed by the file they were decoded from (README.md §1, "Cost of a tool call").
+CACHE_DIR = ".cache"
+_CACHE_FORMAT = 1
+_HEX = frozenset("0123456789abcdefABCDEF")
 
-_BDF_RE = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-                     r"\.(?P<fn>[0-7])$")
-_MST_RE = re.compile(r"^(?:/dev/mst/)?mt(?P<part>\d+)_pciconf(?P<index>\d+)(?:\.(?P<fn>\d+))?$")
+# What a simulated tool imports costs each call: a host read runs dozens of tools on the controller's cores, and a
+# bare interpreter starts in about 7 ms. ``re`` (with ``enum``), ``pathlib`` (with ``urllib.parse``), ``json`` and
+# ``contextlib`` add 6, 3.5, 1 and 4 ms. The paths that every read takes use none of them: os.path strings, string
+# parsing, and the decoded state from ``marshal`` (README.md §1). ``pathlib`` and ``json`` load on first use only.
+
+
+def _is_hex(text: str, width: int) -> bool:
+    return len(text) == width and all(c in _HEX for c in text)
+
+
+def _parse_mst(text: str) -> tuple[str, str, str | None] | None:
+    """``[/dev/mst/]mt<part>_pciconf<index>[.<fn>]`` -> ``(part, index, fn or None)``; anything else None."""
+    rest = text.strip().removeprefix("/dev/mst/")
+    if not rest.startswith("mt"):
+        return None
+    part, sep, rest = rest[2:].partition("_pciconf")
+    index, dot, fn = rest.partition(".")
+    if not sep or not part.isdecimal() or not index.isdecimal() or (dot and not fn.isdecimal()):
+        return None
+    return part, index, fn if dot else None
 
 
 class StateError(RuntimeError):
     """The state directory is missing or inconsistent."""
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
     """Replace ``path`` with ``text`` in one rename (never a half-written file)."""
     import tempfile  # noqa: PLC0415 -- only a tool that writes needs it; importing it costs every tool call ~3.5 ms
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    path = os.fspath(path)
+    parent, name = os.path.split(path)
+    os.makedirs(parent or ".", exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=parent or ".")
     try:
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _quietly(os.unlink, tmp)
         raise
+
+
+def _quietly(remove, path: str, errors: type[OSError] | tuple = FileNotFoundError) -> bool:
+    """``remove(path)`` (os.unlink, os.rmdir); False when it raised one of ``errors`` (already gone). Not
+    ``contextlib.suppress``: importing contextlib costs every tool call about 4 ms."""
+    try:
+        remove(path)
+    except errors:
+        return False
+    return True
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def normalize_bdf(text: str) -> str | None:
     """``18:00.0`` / ``0000:18:00.0`` -> ``0000:18:00.0``; anything else None."""
-    match = _BDF_RE.match(text.strip())
-    if not match:
+    head, dot, fn = text.strip().rpartition(".")
+    parts = head.split(":")
+    if not dot or len(fn) != 1 or fn not in "01234567" or len(parts) not in (2, 3):
         return None
-    domain = (match.group("domain") or "0000").lower()
-    return f"{domain}:{match.group('bus').lower()}:{match.group('dev').lower()}.{match.group('fn')}"
+    domain = parts[0] if len(parts) == 3 else "0000"
+    bus, dev = parts[-2:]
+    if not (_is_hex(domain, 4) and _is_hex(bus, 2) and _is_hex(dev, 2)):
+        return None
+    return f"{domain.lower()}:{bus.lower()}:{dev.lower()}.{fn}"
 
 
 def default_links(nics: list[dict], host_index: int, unit: str) -> dict:
@@ -80,39 +118,103 @@ def default_links(nics: list[dict], host_index: int, unit: str) -> dict:
     return links
 
 
+class _Lock:
+    """The exclusive ``flock`` of ``<root>/.lock``, held inside ``with`` (:meth:`HostState.locked`)."""
+
+    def __init__(self, state: HostState) -> None:
+        self._state = state
+        self._handle = None
+
+    def __enter__(self) -> HostState:
+        os.makedirs(self._state.root_dir, exist_ok=True)
+        self._handle = open(os.path.join(self._state.root_dir, ".lock"), "a")  # noqa: SIM115 -- closed in __exit__
+        fcntl.flock(self._handle, fcntl.LOCK_EX)
+        return self._state
+
+    def __exit__(self, *exc) -> None:
+        try:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+        finally:
+            self._handle.close()
+
+
 class HostState:
     """One simulated host's state directory."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = Path(root or os.environ.get(ENV_ROOT) or DEFAULT_ROOT)
-        self.sys = self.root / "sys"
-        self.run_dir = self.root / "run"
+        self.root_dir = os.fspath(root or os.environ.get(ENV_ROOT) or DEFAULT_ROOT)
+        self.sys_dir = os.path.join(self.root_dir, "sys")
         self._profile = None
         self._devices = None
 
+    # ``root``, ``sys`` and ``run_dir`` as pathlib paths, for the code that walks the tree (the controller's
+    # hwstate, the tests); the tools' reads use the strings above.
+    @property
+    def root(self):
+        from pathlib import Path  # noqa: PLC0415 -- only the callers that walk the tree pay for pathlib
+
+        return Path(self.root_dir)
+
+    @property
+    def sys(self):
+        return self.root / "sys"
+
+    @property
+    def run_dir(self):
+        return self.root / "run"
+
+    def sys_path(self, *parts: str) -> str:
+        """``<root>/sys/<parts...>`` as a string."""
+        return os.path.join(self.sys_dir, *parts)
+
     # -- locking and files -------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def locked(self):
-        """Hold the host's exclusive lock (``<root>/.lock``) for a read-modify-write."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield self
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def locked(self) -> _Lock:
+        """Hold the host's exclusive lock (``<root>/.lock``) for a read-modify-write: ``with state.locked(): ...``."""
+        return _Lock(self)
 
     def read_json(self, rel: str, default=None):
-        path = self.root / rel
+        """``<root>/<rel>`` decoded, ``default`` when it does not exist.
+
+        The decoded value is kept in ``<root>/.cache/<rel>.marshal`` with the exact bytes it was decoded from; it is
+        used only while the file holds those bytes, else the file is decoded again (and kept). The bytes, not the
+        file's inode, time and size: a file rewritten within one tick of the kernel's clock can keep all three."""
+        path = os.path.join(self.root_dir, rel)
         try:
-            return json.loads(path.read_text())
+            with open(path, "rb") as handle:
+                raw = handle.read()
         except FileNotFoundError:
             return default
+        cache = os.path.join(self.root_dir, CACHE_DIR, rel + ".marshal")
+        try:
+            with open(cache, "rb") as handle:
+                version, cached_raw, data = marshal.load(handle)  # noqa: S302 -- this host's own cache, by _keep
+            if version == _CACHE_FORMAT and cached_raw == raw:
+                return data
+        except (OSError, EOFError, ValueError, TypeError):
+            pass
+        import json  # noqa: PLC0415 -- decoding JSON costs every tool call ~7 ms of imports (re); the cache above
+
+        data = json.loads(raw)
+        self._keep(cache, raw, data)
+        return data
+
+    @staticmethod
+    def _keep(cache: str, raw: bytes, data) -> bool:
+        """Keep ``data`` decoded from ``raw``; False when it cannot be (a read-only directory: decoded each time)."""
+        try:
+            write_atomic(cache, marshal.dumps((_CACHE_FORMAT, raw, data)))
+        except (OSError, ValueError):
+            return False
+        return True
 
     def write_json(self, rel: str, data) -> None:
         """Write ``<root>/<rel>`` atomically (the caller holds :meth:`locked` for read-modify-write)."""
-        write_atomic(self.root / rel, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        import json  # noqa: PLC0415 -- only a tool that writes needs it (see read_json)
+
+        raw = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+        write_atomic(os.path.join(self.root_dir, rel), raw)
+        self._keep(os.path.join(self.root_dir, CACHE_DIR, rel + ".marshal"), raw, data)
 
     # -- fixed data --------------------------------------------------------------------------
 
@@ -120,7 +222,7 @@ class HostState:
         if self._profile is None:
             data = self.read_json("profile.json")
             if data is None:
-                raise StateError(f"{self.root}: no profile.json (not a simulated host state directory; "
+                raise StateError(f"{self.root_dir}: no profile.json (not a simulated host state directory; "
                                  f"set {ENV_ROOT})")
             self._profile = data
         return self._profile
@@ -130,7 +232,7 @@ class HostState:
         if self._devices is None:
             data = self.read_json("devices.json")
             if data is None:
-                raise StateError(f"{self.root}: no devices.json")
+                raise StateError(f"{self.root_dir}: no devices.json")
             self._devices = data
         return self._devices
 
@@ -138,7 +240,7 @@ class HostState:
 
     def host_index(self) -> int:
         try:
-            return int((self.root / "host_index").read_text().strip())
+            return int(_read_text(os.path.join(self.root_dir, "host_index")).strip())
         except (FileNotFoundError, ValueError):
             return 0
 
@@ -192,11 +294,12 @@ class HostState:
         bdf = normalize_bdf(dev)
         if bdf:
             return next((r for r in self.nics() if r["address"] == bdf), None)
-        match = _MST_RE.match(dev.strip())
-        if match:
-            fn = int(match.group("fn") or 0)
+        mst = _parse_mst(dev)
+        if mst:
+            part, index, fn = mst
+            fn = int(fn or 0)
             for card in self.cards():
-                if card["mst"] == f"/dev/mst/mt{match.group('part')}_pciconf{match.group('index')}":
+                if card["mst"] == f"/dev/mst/mt{part}_pciconf{index}":
                     return next((r for r in card["functions"] if r["function"] == fn), None)
             return None
         return next((r for r in self.nics() if r["rdma"] == dev), None)
@@ -209,7 +312,7 @@ class HostState:
     def hw(self) -> dict:
         data = self.read_json("hw.json")
         if data is None:
-            raise StateError(f"{self.root}: no hw.json")
+            raise StateError(f"{self.root_dir}: no hw.json")
         return data
 
     def card_state(self, slot: str) -> dict:
@@ -234,31 +337,28 @@ class HostState:
 
     def module_version(self, name: str) -> str | None:
         """The version of a loaded kernel module (``sys/module/<name>/version``), None when not loaded."""
-        path = self.sys / "module" / name / "version"
         try:
-            return path.read_text().strip() or None
+            return _read_text(self.sys_path("module", name, "version")).strip() or None
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def module_loaded(self, name: str) -> bool:
-        return (self.sys / "module" / name).is_dir()
+        return os.path.isdir(self.sys_path("module", name))
 
     def load_module(self, name: str, version: str = "") -> None:
         """Mark a kernel module loaded (``sys/module/<name>/version``, ``initstate`` live)."""
         with self.locked():
-            d = self.sys / "module" / name
-            d.mkdir(parents=True, exist_ok=True)
-            write_atomic(d / "version", f"{version}\n")
-            write_atomic(d / "initstate", "live\n")
+            d = self.sys_path("module", name)
+            os.makedirs(d, exist_ok=True)
+            write_atomic(os.path.join(d, "version"), f"{version}\n")
+            write_atomic(os.path.join(d, "initstate"), "live\n")
 
     def unload_module(self, name: str) -> None:
         with self.locked():
-            d = self.sys / "module" / name
+            d = self.sys_path("module", name)
             for child in ("version", "initstate"):
-                with contextlib.suppress(FileNotFoundError):
-                    (d / child).unlink()
-            with contextlib.suppress(FileNotFoundError, OSError):
-                d.rmdir()
+                _quietly(os.unlink, os.path.join(d, child))
+            _quietly(os.rmdir, d, OSError)  # gone, or holding more than the two files
 
     # -- GPU side -----------------------------------------------------------------------------
 
@@ -267,24 +367,26 @@ class HostState:
         return self.module_version("nvidia")
 
     @staticmethod
-    def nvidia_userspace_file() -> Path:
-        return Path(os.environ.get(ENV_NVIDIA_USERSPACE) or NVIDIA_USERSPACE_VERSION_FILE)
+    def nvidia_userspace_file() -> str:
+        return os.environ.get(ENV_NVIDIA_USERSPACE) or NVIDIA_USERSPACE_VERSION_FILE
 
     def nvidia_userspace(self) -> str | None:
         """The installed NVML/userspace version, None when unknown: the version file the simulated
         nvidia-utils package installs, else the upstream version of the installed
         ``nvidia-utils-<branch>[-server]`` package in dpkg's status file (real dpkg in a host)."""
         try:
-            return self.nvidia_userspace_file().read_text().strip() or None
+            return _read_text(self.nvidia_userspace_file()).strip() or None
         except FileNotFoundError:
             pass
         try:
-            text = Path(os.environ.get(ENV_DPKG_STATUS) or DPKG_STATUS).read_text(errors="replace")
+            with open(os.environ.get(ENV_DPKG_STATUS) or DPKG_STATUS, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
         except FileNotFoundError:
             return None
         for stanza in text.split("\n\n"):
             fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[:1] != " ")
-            if re.match(r"^nvidia-utils-\d+(-server)?$", fields.get("Package", "")) and \
+            branch = fields.get("Package", "").removeprefix("nvidia-utils-").removesuffix("-server")
+            if fields.get("Package", "").startswith("nvidia-utils-") and branch.isdecimal() and \
                     fields.get("Status", "").endswith(" installed"):
                 return fields.get("Version", "").split(":")[-1].rsplit("-", 1)[0] or None
         return None
@@ -331,21 +433,23 @@ class HostState:
     # -- RDMA / netdev view of sysfs (what the tools read, like the real ones read /sys) ------
 
     def rdma_devices(self) -> list[str]:
-        d = self.sys / "class" / "infiniband"
-        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        try:
+            return sorted(os.listdir(self.sys_path("class", "infiniband")))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def rdma_pci(self, rdma: str) -> str | None:
         """The PCI address behind an RDMA device (``device`` link), None when absent."""
-        link = self.sys / "class" / "infiniband" / rdma / "device"
-        return os.path.basename(os.path.realpath(link)) if link.exists() else None
+        link = self.sys_path("class", "infiniband", rdma, "device")
+        return os.path.basename(os.path.realpath(link)) if os.path.exists(link) else None
 
     def rdma_netdev(self, rdma: str) -> str | None:
         """The netdev of an RDMA device: the RoCE GID ndev, else the PCI function's netdev."""
-        ndev = self.sys / "class" / "infiniband" / rdma / "ports" / "1" / "gid_attrs" / "ndevs" / "0"
-        if ndev.is_file():
-            return ndev.read_text().strip()
-        net = self.sys / "class" / "infiniband" / rdma / "device" / "net"
-        names = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+        ndev = self.sys_path("class", "infiniband", rdma, "ports", "1", "gid_attrs", "ndevs", "0")
+        if os.path.isfile(ndev):
+            return _read_text(ndev).strip()
+        net = self.sys_path("class", "infiniband", rdma, "device", "net")
+        names = sorted(os.listdir(net)) if os.path.isdir(net) else []
         return names[0] if names else None
 
     def netdev_rdma(self, netdev: str) -> str | None:
@@ -353,13 +457,13 @@ class HostState:
 
     def netdev_attr(self, netdev: str, attr: str) -> str | None:
         try:
-            return (self.sys / "class" / "net" / netdev / attr).read_text().strip()
+            return _read_text(self.sys_path("class", "net", netdev, attr)).strip()
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def rdma_attr(self, rdma: str, attr: str) -> str | None:
         try:
-            return (self.sys / "class" / "infiniband" / rdma / attr).read_text().strip()
+            return _read_text(self.sys_path("class", "infiniband", rdma, attr)).strip()
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -367,6 +471,6 @@ class HostState:
 
     def port_attr(self, rdma: str, attr: str, port: int = 1) -> str | None:
         try:
-            return (self.sys / "class" / "infiniband" / rdma / "ports" / str(port) / attr).read_text().strip()
+            return _read_text(self.sys_path("class", "infiniband", rdma, "ports", str(port), attr)).strip()
         except (FileNotFoundError, NotADirectoryError):
             return None
