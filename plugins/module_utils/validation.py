@@ -367,7 +367,7 @@ def bandwidth_schedule(hosts, order=None, forks=5, base_port=18515, test_timeout
         hosts on one network namespace) get distinct ports. Missing hosts have their own.
     :param test_timeout: seconds one client run may take (the module's ``timeout``).
     :param server_start_s: seconds the server task may take per batch of ``forks`` hosts.
-    :returns: ``{"tests": [...], "phases": [{"servers": {host: [server entry]}, "clients": {host:
+    :returns: ``{"tests": [...], "phases": [{"together": bool, "servers": {host: [server entry]}, "clients": {host:
         [client entry]}}], "untested": {host: reason}, "max_fan_in": int, "port_range": [lo, hi],
         "waves": int}``. A test is ``{"id", "fabric", "phase", "wave", "server", "client", "rail",
         "server_device", "client_device", "line_rate_gbps", "port", "server_lifetime_s"}``.
@@ -380,7 +380,8 @@ def bandwidth_schedule(hosts, order=None, forks=5, base_port=18515, test_timeout
     at most one peer at a time (``max_fan_in``; the bound is 2). A phase's servers start together, then
     its clients run in play order, ``forks`` hosts per wave; a server lives until its client's last
     possible finish: the server task's batches, the waves before its client's, and the client's runs
-    up to this one.
+    up to this one. A phase whose hosts all fit in one batch of ``forks`` is ``together``: each host
+    starts its servers and runs its clients in one call (one round trip a host instead of two).
     """
     forks = max(1, int(forks))
     base_port = int(base_port)
@@ -447,6 +448,10 @@ def bandwidth_schedule(hosts, order=None, forks=5, base_port=18515, test_timeout
                 test["wave"] = wave
                 test["server_lifetime_s"] = start_s + wave * longest * test_timeout + (k + 1) * test_timeout
         out_phases.append({
+            # Every host of the phase runs at once (no more than forks): each starts its servers and runs its
+            # clients in one call, the clients retrying while a peer's server starts. Otherwise the servers of
+            # all hosts start first, then the clients run in waves.
+            "together": len(set(servers) | set(clients)) <= forks,
             "servers": {h: [{"id": t["id"], "device": t["server_device"], "port": t["port"],
                              "lifetime": t["server_lifetime_s"]} for t in mine] for h, mine in servers.items()},
             "clients": {h: [{"id": t["id"], "device": t["client_device"], "port": t["port"], "peer": t["server"]}

@@ -14,6 +14,9 @@ description:
   - >-
     O(clients) runs one C(ib_write_bw) client per entry, one after the other, retrying a refused connection while
     the peer's server starts, and returns the measured average bandwidth in Gb/s (C(--report_gbits)).
+  - >-
+    Both in one call start the servers first, then run the clients: the validation role does so in a phase whose
+    hosts all run at once, where each host serves one peer and is the client of another.
   - A test measures and changes nothing on the host, so the module never reports changed. In check mode nothing runs.
   - Without perftest on the host every client result carries the error instead of failing the task.
 author: mlplatform.gpunode developers (@mlplatform)
@@ -83,7 +86,9 @@ options:
     type: int
     default: 60
   connect_retries:
-    description: How often a client retries a refused connection (one second apart).
+    description:
+      - How often a client retries a refused connection. The first retry comes after 0.1 s, each later one after
+        twice the wait before it, up to one second (10 retries wait 7.5 s in all).
     type: int
     default: 10
   server_check_s:
@@ -238,6 +243,11 @@ def _spawn_detached(argv, log):
     return os.posix_spawn(argv[0], argv, {**os.environ, "LC_ALL": "C"}, file_actions=actions, setsid=True)
 
 
+def retry_wait_s(attempt):
+    """Seconds before retry ``attempt + 1`` of a refused connection: 0.1, 0.2, 0.4, 0.8, then 1."""
+    return min(1.0, 0.1 * 2 ** attempt)
+
+
 def _run_client(module, binary, client, extra, timeout, retries):
     timeout_bin = module.get_bin_path("timeout", required=True)
     argv = [timeout_bin, str(timeout),
@@ -253,7 +263,7 @@ def _run_client(module, binary, client, extra, timeout, retries):
         reason = perftest.failure_reason(out, err, rc)
         if "couldn't connect" not in reason.lower() or attempt == retries:
             return {"gbps": None, "peak_gbps": None, "error": reason, "rc": rc}
-        time.sleep(1)
+        time.sleep(retry_wait_s(attempt))
     return {"gbps": None, "peak_gbps": None, "error": "not run", "rc": None}
 
 

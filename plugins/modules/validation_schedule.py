@@ -23,6 +23,9 @@ description:
   - Within a phase a host rail serves at most one peer at a time (C(max_fan_in); the bound is 2).
   - Clients run in play order, O(forks) hosts per wave. A server's lifetime covers the server task's batches, the
     waves before its client's and its client's runs up to its own.
+  - A phase whose hosts all fit in one batch of O(forks) is C(together) (the whole demo fleet, or 10 to 50 hosts at
+    the collection's C(forks = 50)). Each host starts its servers and then runs its clients in one call, one round
+    trip a host instead of two, the clients retrying a refused connection while a peer's server starts.
   - Ports are per address (O(base_port) up to O(base_port) + rails - 1 with one address per host), whatever the
     fleet size; hosts sharing an address get distinct ports.
   - "Run it once (C(run_once: true)) and register the result; the validation role's bandwidth stage does."
@@ -104,16 +107,18 @@ RETURN = r"""
 schedule:
   description:
     - C(tests) (each C({id, fabric, phase, wave, server, client, rail, server_device, client_device, line_rate_gbps,
-      port, server_lifetime_s})), C(phases) (each C({servers, clients}), host to the M(mlplatform.gpunode.ib_write_bw)
-      entries; a server entry is C({id, device, port, lifetime}), a client entry C({id, device, port, peer}) naming its
-      server host), C(untested) (host to reason), C(max_fan_in), C(port_range) (C([lowest, highest])), C(waves).
+      port, server_lifetime_s})), C(phases) (each C({together, servers, clients}); C(servers) and C(clients) map a host
+      to its M(mlplatform.gpunode.ib_write_bw) entries, and C(together) is true when every host of the phase fits in
+      one batch of O(forks), so that each host starts its servers and runs its clients in one call; a server entry
+      is C({id, device, port, lifetime}), a client entry C({id, device, port, peer}) naming its server host),
+      C(untested) (host to reason), C(max_fan_in), C(port_range) (C([lowest, highest])), C(waves).
   returned: always
   type: dict
   sample:
     tests:
       - {id: "dgx1:0-hgx1:0", fabric: default, phase: 0, wave: 0, server: dgx1, client: hgx1, rail: 0,
          server_device: mlx5_0, client_device: mlx5_0, line_rate_gbps: 400, port: 18515, server_lifetime_s: 90}
-    phases: [{servers: {dgx1: [{id: "dgx1:0-hgx1:0", device: mlx5_0, port: 18515, lifetime: 90}]},
+    phases: [{together: true, servers: {dgx1: [{id: "dgx1:0-hgx1:0", device: mlx5_0, port: 18515, lifetime: 90}]},
               clients: {hgx1: [{id: "dgx1:0-hgx1:0", device: mlx5_0, port: 18515, peer: dgx1}]}}]
     untested: {}
     max_fan_in: 1

@@ -110,3 +110,63 @@ def test_a_server_that_exits_is_a_server_error_with_its_reason(tmp_path, monkeyp
     assert list(result["started"]) == ["a:0-b:0"]
     assert result["server_errors"]["a:0-b:0"].startswith("exit status 1: ")
     assert "Couldn't listen to port 18515" in result["server_errors"]["a:0-b:0"]
+
+
+# A client that connects to its server's -p port on 127.0.0.1 as perftest does, logging each attempt; a refused
+# connection is perftest's "Couldn't connect" failure, a connection the report of a run.
+CONNECTS = ("import socket, sys, time\n"
+            "port = int(sys.argv[sys.argv.index('-p') + 1])\n"
+            "if sys.argv[-1] != '127.0.0.1':\n"  # a server (no peer address): serves for 60 s
+            "    time.sleep(60)\n"
+            "open(sys.argv[0] + '.attempts', 'a').write('x')\n"
+            "try:\n"
+            "    socket.create_connection(('127.0.0.1', port), timeout=5).close()\n"
+            "except OSError:\n"
+            "    print(f\"Couldn't connect to 127.0.0.1:{port}\")\n"
+            "    sys.exit(1)\n"
+            "rule = '-' * 87\n"
+            "print(rule)\n"
+            "print(' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]')\n"
+            "print(' 65536      5000             371.50             371.24             0.708000')\n"
+            "print(rule)\n")
+
+
+def test_retries_of_a_refused_connection_start_short_and_grow_to_one_second():
+    assert [ib_write_bw.retry_wait_s(a) for a in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+
+
+def test_one_call_starts_the_servers_then_runs_the_clients_retrying_until_the_peer_listens(tmp_path, monkeypatch):
+    """A phase run at once: this host's client reaches a peer whose server starts later; the client retries the
+    refused connection until it listens, and the result is the measured run."""
+    _install(tmp_path, monkeypatch, CONNECTS)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        peer_port = probe.getsockname()[1]
+    peer = socket.socket()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    attempts = tmp_path / "bin" / "ib_write_bw.attempts"
+
+    def start_peer_after_the_first_refusal():
+        for _ in range(200):
+            if attempts.exists():
+                break
+            time.sleep(0.02)
+        peer.bind(("127.0.0.1", peer_port))
+        peer.listen(4)
+
+    import threading  # noqa: PLC0415 -- only this test starts a peer
+
+    starter = threading.Thread(target=start_peer_after_the_first_refusal)
+    starter.start()
+    try:
+        result = run_module(ib_write_bw.main, {
+            "servers": [{"id": "a:0-b:0", "device": "mlx5_0", "port": 18599}],
+            "clients": [{"id": "c:0-a:0", "device": "mlx5_0", "port": peer_port, "server": "127.0.0.1"}],
+            "connect_retries": 20, "server_check_s": 0.2, "timeout": 30})
+    finally:
+        starter.join()
+        peer.close()
+    os.kill(result["started"]["a:0-b:0"], signal.SIGTERM)  # the server this call started, detached
+    assert result["server_errors"] == {}
+    assert result["tests"]["c:0-a:0"] == {"gbps": 371.24, "peak_gbps": 371.5, "error": None, "rc": 0}
+    assert len(attempts.read_text()) >= 2  # refused first, then connected

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from local_play import run_play  # tests/unit is on sys.path (rootdir-relative import mode)
 
 PLAY = """---
@@ -37,22 +38,26 @@ def _hw(platform, rails=2):
                        "netdev": f"eth{r}", "speed_gbps": 400} for r in range(rails)]}
 
 
-def test_bandwidth_stage_runs_the_schedule_and_blames_the_side_that_failed(tmp_path):
+@pytest.mark.parametrize("forks", [2, 3], ids=["two-waves", "phase-at-once"])
+def test_bandwidth_stage_runs_the_schedule_and_blames_the_side_that_failed(tmp_path, forks):
+    """forks 2: the servers of the three hosts start first, then the clients run in two waves. forks 3: the phase
+    runs at once, each host starting its servers and running its clients in one call. The judge is the same."""
     out = tmp_path / "bandwidth.json"
     hosts = {"dgx-a": {"gpunode_hw": _hw("DGXH100")}, "hgx-a": {"gpunode_hw": _hw("HGX")},
              "hgx-b": {"gpunode_hw": _hw("HGX")}}
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "validation_bandwidth_address": "127.0.0.1", "validation_bandwidth_forks": 2, "out": str(out)}}}
+        "validation_bandwidth_address": "127.0.0.1", "validation_bandwidth_forks": forks, "out": str(out)}}}
     proc = run_play(tmp_path, inventory, PLAY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     schedule, pairs = result["schedule"], result["pairs"]
-    # ring of platform blocks: DGX, then HGX; one phase, two waves of two clients
+    # ring of platform blocks: DGX, then HGX; one phase: two waves of two clients, or one of three at once
     assert [(t["server"], t["client"]) for t in schedule["tests"][::2]] == [
         ("dgx-a", "hgx-a"), ("hgx-a", "hgx-b"), ("hgx-b", "dgx-a")]
     assert schedule["max_fan_in"] == 1 and len(schedule["phases"]) == 1
-    assert sorted({t["wave"] for t in schedule["tests"]}) == [0, 1]
+    assert sorted({t["wave"] for t in schedule["tests"]}) == ([0, 1] if forks == 2 else [0])
+    assert schedule["phases"][0]["together"] is (forks == 3)
     # one address for the three hosts: distinct ports
     assert sorted(t["port"] for t in schedule["tests"]) == list(range(18515, 18521))
     for host in hosts:
