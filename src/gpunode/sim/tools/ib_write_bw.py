@@ -163,10 +163,8 @@ def _recv(conn: socket.socket) -> dict:
             raise Failure(" Failed to exchange data between server and clients", 1)
         buf += chunk
     fields = buf.decode("utf-8", "replace").rstrip("\n").split("\t")
-    if len(fields) != len(_WIRE):
-        raise Failure(" Failed to exchange data between server and clients", 1)
-    data = dict(zip(_WIRE, fields, strict=True))
     try:
+        data = dict(zip(_WIRE, fields, strict=True))
         data["rate_gbps"] = float(data["rate_gbps"])
         for key in ("adaptive_routing_forced_en", "qpn", "psn"):
             data[key] = int(data[key])

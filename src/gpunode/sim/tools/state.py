@@ -185,7 +185,7 @@ class HostState:
                 raw = handle.read()
         except FileNotFoundError:
             return default
-        cache = os.path.join(self.root_dir, CACHE_DIR, rel + ".marshal")
+        cache = self._cache_path(rel)
         try:
             with open(cache, "rb") as handle:
                 version, cached_raw, data = marshal.load(handle)  # noqa: S302 -- this host's own cache, by _keep
@@ -198,6 +198,9 @@ class HostState:
         data = json.loads(raw)
         self._keep(cache, raw, data)
         return data
+
+    def _cache_path(self, rel: str) -> str:
+        return os.path.join(self.root_dir, CACHE_DIR, rel + ".marshal")
 
     @staticmethod
     def _keep(cache: str, raw: bytes, data) -> bool:
@@ -214,7 +217,7 @@ class HostState:
 
         raw = (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
         write_atomic(os.path.join(self.root_dir, rel), raw)
-        self._keep(os.path.join(self.root_dir, CACHE_DIR, rel + ".marshal"), raw, data)
+        self._keep(self._cache_path(rel), raw, data)
 
     # -- fixed data --------------------------------------------------------------------------
 
