@@ -175,15 +175,23 @@ def _listening_ports():
     return ports if readable else None
 
 
-def _exit_error(pid, log):
-    """``None`` while ``pid`` runs (or ended well), else the reason it failed, from its log."""
+def _exit_status(pid, log):
+    """``(ended, reason)``: whether ``pid`` has ended (it is then reaped: ask once), and why it did not start, from
+    its log; the reason is None while it runs, and for a server that had its client. In a phase run at once a
+    peer's client can connect and finish while this host's servers are still being checked: such a server ends
+    well, or fails with its test (the client reports that failure), after perftest printed the exchanged
+    ``remote address:`` line."""
     done, status = os.waitpid(pid, os.WNOHANG)
-    rc = os.waitstatus_to_exitcode(status) if done else None
-    if rc in (None, 0):
-        return None
+    if not done:
+        return False, None
+    rc = os.waitstatus_to_exitcode(status)
+    if rc == 0:
+        return True, None
     with open(log, "rb") as handle:
-        text = handle.read(4096).decode("utf-8", "replace")
-    return f"exit status {rc}: {perftest.failure_reason(text, '', rc)}"
+        text = handle.read(65536).decode("utf-8", "replace")
+    if "remote address:" in text:
+        return True, None
+    return True, f"exit status {rc}: {perftest.failure_reason(text[:4096], '', rc)}"
 
 
 def _start_servers(module, binary, servers, extra, timeout, check_s=0.0):
@@ -214,14 +222,13 @@ def _start_servers(module, binary, servers, extra, timeout, check_s=0.0):
             time.sleep(0.05)
             listening = _listening_ports()
             for test_id, (pid, log, port) in list(waiting.items()):
-                error = _exit_error(pid, log)
+                ended, error = _exit_status(pid, log)
                 if error:
                     errors[test_id] = error
-                    del waiting[test_id]
-                elif listening is not None and port in listening:
+                if ended or (listening is not None and port in listening):
                     del waiting[test_id]
         for test_id, (pid, log, _port) in waiting.items():
-            error = _exit_error(pid, log)
+            _ended, error = _exit_status(pid, log)
             if error:
                 errors[test_id] = error
     return started, errors
