@@ -22,6 +22,7 @@ Usage: python bench/bench_site.py [--output BENCHMARKS.md] [--keep]
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import os
 import re
@@ -71,9 +72,17 @@ def results_env(env, results_file):
     ``results_file`` (ansible.posix.json's shape). ansible.posix.json itself lines results up by task start only
     under the strategies it knows to be lockstep, so under the collection's ``inline`` strategy a meta task's result
     would land on the task line before it."""
-    enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or "mlplatform.gpunode.preload"
+    enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or _configured_callbacks()
     return {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
             "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file)}
+
+
+def _configured_callbacks():
+    """The callbacks the collection's ansible.cfg enables (an ANSIBLE_CALLBACKS_ENABLED replaces them)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(REPO / "ansible.cfg")
+    names = parser.get("defaults", "callbacks_enabled", fallback="")
+    return ",".join(name.strip() for name in names.split(",") if name.strip())
 
 
 def sh(argv, env=None, check=True):

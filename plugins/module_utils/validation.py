@@ -281,6 +281,83 @@ def known_from_host_state(state, hw):
     return out
 
 
+# node_validation's ``expect`` option (its argument spec; the validation_node_from_read filter checks its input with
+# the same spec).
+EXPECT_SPEC = {
+    "gpu_product": {"type": "str"},
+    "driver_version": {"type": "str"},
+    "link_speed_gbps": {"type": "int"},
+    "link_layer": {"type": "str", "choices": ["Ethernet", "InfiniBand"]},
+    "nv_config": {"type": "dict"},
+    "nv_config_settled": {"type": "bool"},
+    "roce_accl": {"type": "dict"},
+    "num_vfs": {"type": "int"},
+    "qos": {"type": "dict"},
+}
+
+# The NIC facts of the node read-back (node_validation's observed["nics"]).
+NIC_KEYS = ("link_state", "speed_gbps", "link_layer", "sriov_numvfs", "sriov_totalvfs", "netdev")
+
+
+def fabric_manager_version(packages):
+    """The version of the installed ``nvidia-fabricmanager*`` package (the first by name, as ``dpkg-query -W``
+    lists them), None without one. ``packages`` maps every installed package to its version."""
+    for name in sorted(packages or {}):
+        if name.startswith("nvidia-fabricmanager") and packages[name]:
+            return packages[name]
+    return None
+
+
+def observed_from_host_state(state, hw, expect, results_dir=None):
+    """Pure: what node_validation reads back (``observed``, and the result files when ``results_dir`` is given),
+    from this run's host read (the host_state module's result) instead of the host. ``expect`` is as
+    ``check_node`` takes it. Returns ``(observed, result_files)``, or ``(None, reason)`` when the read does not
+    hold everything the checks need (a read by an older collection, a rail whose tool refused it, a result file
+    that could not be read): the host is read then."""
+    state = state or {}
+    smi = state.get("nvidia_smi")
+    hardware = state.get("hardware") or {}
+    if not isinstance(smi, dict) or not isinstance(state.get("affinity"), dict) or "nics" not in hardware:
+        return None, "the host read holds no nvidia-smi read or GPU affinity"
+    observed = {"nvidia_smi": smi, "modules": {
+        "nvidia_peermem": bool(((state.get("kernel_modules") or {}).get("nvidia_peermem") or {}).get("loaded"))}}
+    if hw.get("fabric_manager_required"):
+        observed["fabric_manager_version"] = fabric_manager_version(state.get("packages"))
+    observed["nics"] = {n["pci_address"]: {k: n.get(k) for k in NIC_KEYS} for n in hardware["nics"]}
+    observed["affinity"] = dict(state["affinity"])
+    known = known_from_host_state(state, hw)
+    rails = hw.get("rails") or []
+    wanted = []
+    if expect.get("nv_config") or expect.get("nv_config_settled"):
+        wanted.append(("nv_config", [r["pci_address"] for r in rails]))
+    if expect.get("roce_accl"):
+        wanted.append(("roce_accl", [r["pci_address"] for r in rails]))
+    if expect.get("qos"):
+        wanted.append(("qos", [r["netdev"] for r in rails if r.get("netdev") and r.get("link_layer") != "InfiniBand"]))
+    for part, keys in wanted:
+        missing = [k for k in keys if k not in known[part]]
+        if missing:
+            return None, f"the host read holds no {part} of {', '.join(missing)}"
+        observed[part] = {k: known[part][k] for k in keys}
+    files = None
+    if results_dir is not None:
+        read = state.get("result_files") or {}
+        if read.get("path") != results_dir or "files" not in read:
+            return None, read.get("error") or f"the host read holds no result files of {results_dir}"
+        files = read["files"]
+    return observed, files
+
+
+def normalize_expect(expect):
+    """``expect`` as node_validation's module takes it: the keys left unset (None, {}, "" or false) dropped.
+    Raises ValueError when a ROCE_ACCL value is not an integer."""
+    out = {k: v for k, v in (expect or {}).items() if v not in (None, {}, "", False)}
+    bad_accl = [k for k, v in (out.get("roce_accl") or {}).items() if not isinstance(v, int) or isinstance(v, bool)]
+    if bad_accl:
+        raise ValueError("expect.roce_accl values must be integers: " + ", ".join(sorted(bad_accl)))
+    return out
+
+
 def platform_key(hw):
     """The platform a host belongs to for pair coverage: DMI vendor + product (``NVIDIA DGXH100``)."""
     platform = (hw or {}).get("platform") or {}

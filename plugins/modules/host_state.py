@@ -123,6 +123,13 @@ options:
     description: Prefix of O(files) (C(/) on a host; a tree in tests).
     type: path
     default: /
+  result_files:
+    description:
+      - Also read the text of the collection's result files in this directory (every C(*.json) file, as
+        M(mlplatform.gpunode.result_files) reads them) into RV(host_state.result_files). The validation role judges
+        a host that nothing changed since this read on it, result files included, without reading the host again.
+      - Omitted, they are not read.
+    type: path
 notes:
   - "Formats: dpkg-query(1) C(${db:Status-Want}) (C(hold) is what C(apt-mark showhold) lists), apt-cache(8)
     C(madison), systemctl(1) C(show --property), the NVIDIA MFT user manual (C(mlxconfig -e q), C(mlxreg)) and
@@ -230,6 +237,26 @@ host_state:
       description: C({loaded, driver_version, persistence_mode, fabric_state, error, gpu_count}) from C(nvidia-smi -q);
         C(gpu_count) is the number of GPUs nvidia-smi lists (0 when it cannot run).
       type: dict
+    nvidia_smi:
+      description:
+        - The C(nvidia-smi -q) read in the shape the node read-back of M(mlplatform.gpunode.node_validation) returns
+          it in its C(observed.nvidia_smi) (C(driver_version), C(cuda_version), C(attached_gpus), C(gpus) with
+          each GPU's C(pci_address), C(product_name), C(memory_total_mib), C(persistence_mode), C(fabric_state),
+          ...), or C({error}) with the tool's reason when it is not installed or fails.
+      type: dict
+    affinity:
+      description: GPU PCI address -> the PCI address of its rail NIC (C(null) for none), as the node read-back
+        of M(mlplatform.gpunode.node_validation) computes it (from sysfs, without O(overrides)).
+      type: dict
+      sample: {"0000:1b:00.0": "0000:18:00.0"}
+    result_files:
+      description:
+        - With O(result_files) (absent without it) - C(path), the directory; C(files), file name -> C({content,
+          sha256, size}) as M(mlplatform.gpunode.result_files) returns them; or C(error), why they could not be
+          read (a file too large or not UTF-8), in place of C(files).
+      type: dict
+      sample: {"path": "/var/lib/gpunode", "files": {"reboot.json": {"content": "{}\n", "sha256": "ca3d...",
+               "size": 3}}}
     neighbours:
       description:
         - C(rails) maps each compute rail's PCI address to the switch port at its far end, C({switch, switch_id,
@@ -270,6 +297,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery impor
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
     pending_params,
@@ -278,6 +306,8 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvidia_smi import driver_summary, parse_query
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.result_files import ResultFilesError, read_result_files
 
 TOOLS = ("dpkg-query", "apt-cache", "systemctl", "mlxconfig", "mlxreg", "mlnx_qos", "cma_roce_tos", "nvidia-smi",
          "lldpctl", "ibnetdiscover")
@@ -468,22 +498,37 @@ class Reader:
                                                 "port": found["port"], "via": "ibnetdiscover"}
         return {"rails": out, "sources": sources}
 
-    def gpu_driver(self):
-        empty = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None, "error": None,
-                 "gpu_count": 0}
+    def nvidia_smi(self):
+        """``(observed, driver)``: ``nvidia-smi -q`` as node_validation's read-back returns it (``{error}`` when the
+        tool is missing or fails), and the driver summary of RV(host_state.gpu_driver). Output in an unknown format
+        fails the read."""
+        driver = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None,
+                  "error": None, "gpu_count": 0}
         binary = self.tools["nvidia-smi"]
         if not binary:
-            return empty
+            return {"error": "not installed (no nvidia-smi on PATH)"}, driver
         rc, out, err = self.run([binary, "-q"], check=False)
         if rc != 0:
-            return dict(empty, error=(err or out).strip() or f"nvidia-smi -q exited {rc}")
+            return ({"error": f"exit status {rc}: {(err or out).strip()}"},
+                    dict(driver, error=(err or out).strip() or f"nvidia-smi -q exited {rc}"))
         try:
-            summary = driver_summary(parse_query(out))
+            parsed = parse_query(out)
         except ParseError as exc:
             self.fail_parse("nvidia-smi -q", exc, out)
-        return {"loaded": True, "driver_version": summary["driver_version"],
-                "persistence_mode": summary["persistence_mode"], "fabric_state": summary["fabric_state"],
-                "error": None, "gpu_count": len(summary["gpus"])}
+        summary = driver_summary(parsed)
+        observed = dict(parsed, gpus=[{k: v for k, v in gpu.items() if k != "fields"} for gpu in parsed["gpus"]])
+        return observed, {"loaded": True, "driver_version": summary["driver_version"],
+                          "persistence_mode": summary["persistence_mode"], "fabric_state": summary["fabric_state"],
+                          "error": None, "gpu_count": len(summary["gpus"])}
+
+
+def affinity_of(sysfs_root, hardware, management_interfaces, overrides):
+    """GPU -> rail NIC as node_validation's read-back classifies the tree (its management interfaces, no overrides):
+    the hardware's own pairing when no override applies, else classified again without them."""
+    if not overrides:
+        return {g["pci_address"]: g.get("rail_nic") for g in hardware["gpus"]}
+    live = classify(read_sysfs(sysfs_root), management_interfaces=management_interfaces)
+    return {g["pci_address"]: g.get("rail_nic") for g in live["gpus"]}
 
 
 def main():
@@ -504,6 +549,7 @@ def main():
             "detect_management": {"type": "bool", "default": False},
             "connection_address": {"type": "str"},
             "read_workers": {"type": "int", "default": 8},
+            "result_files": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -516,12 +562,10 @@ def main():
         network_facts, plain = mgmt.collect_network_facts(module)
         management = dict(mgmt.management_from_facts(plain, params["connection_address"]),
                           connection_address=params["connection_address"])
+    detected = list(dict.fromkeys(params["detected_interfaces"] + (management["interfaces"] if management else [])))
     try:
-        hardware = discover(sysfs_root, hostname=host,
-                            management_interfaces=params["management_interfaces"],
-                            detected_interfaces=list(dict.fromkeys(
-                                params["detected_interfaces"] + (management["interfaces"] if management else []))),
-                            overrides=params["overrides"], caller="host_state")
+        hardware = discover(sysfs_root, hostname=host, management_interfaces=params["management_interfaces"],
+                            detected_interfaces=detected, overrides=params["overrides"], caller="host_state")
     except DiscoveryError as exc:
         module.fail_json(msg=str(exc), sysfs_root=sysfs_root)
     notes = hardware.pop("warnings")
@@ -546,6 +590,12 @@ def main():
                 and n.get("link_layer") == "Ethernet"
                 and os.path.isdir(os.path.join(sysfs_root, "class", "net", n["netdev"]))]
     reader.prefetch(nv_devices, accl_devices, qos_nics, params["read_workers"])
+    smi, gpu_driver = reader.nvidia_smi()
+    try:
+        affinity = affinity_of(sysfs_root, hardware, list(dict.fromkeys(params["management_interfaces"] + detected)),
+                               params["overrides"])
+    except SysfsError as exc:
+        module.fail_json(msg=f"host_state: {exc}", sysfs_root=sysfs_root)
     packages, held = reader.packages()
     blocks, nv_refused = reader.nv_config(nv_devices)
     accl, accl_refused = reader.roce_accl(accl_devices)
@@ -568,13 +618,20 @@ def main():
         "vfs": {n["pci_address"]: {"numvfs": n.get("sriov_numvfs"), "totalvfs": n.get("sriov_totalvfs")}
                 for n in nics if n.get("sriov_totalvfs") is not None},
         "qos": reader.qos(sysfs_root, qos_nics),
-        "gpu_driver": reader.gpu_driver(),
+        "gpu_driver": gpu_driver,
+        "nvidia_smi": smi,
+        "affinity": affinity,
         "neighbours": reader.neighbours(sysfs_root, [n for n in nics if n["role"] == "compute"])
         if params["neighbours"] else {"rails": {}, "sources": {}},
         "tools": reader.tools,
         "capacity": hs.read_capacity(params["root"]),
         "management": management,
     }
+    if params["result_files"]:
+        try:
+            state["result_files"] = {"path": params["result_files"], "files": read_result_files(params["result_files"])}
+        except ResultFilesError as exc:
+            state["result_files"] = {"path": params["result_files"], "error": str(exc)}
     module.exit_json(changed=False, host_state=state, discovery_warnings=notes, ansible_facts=network_facts)
 
 

@@ -209,7 +209,12 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.result_files im
     ResultFilesError,
     read_result_files,
 )
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, verdict
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import (
+    EXPECT_SPEC,
+    check_node,
+    normalize_expect,
+    verdict,
+)
 
 _run = node_reads.run
 
@@ -319,22 +324,11 @@ def observe(module, root, hw, expect, workers=1, known=None):
 
 
 def main():
-    expect_spec = {
-        "gpu_product": {"type": "str"},
-        "driver_version": {"type": "str"},
-        "link_speed_gbps": {"type": "int"},
-        "link_layer": {"type": "str", "choices": ["Ethernet", "InfiniBand"]},
-        "nv_config": {"type": "dict"},
-        "nv_config_settled": {"type": "bool"},
-        "roce_accl": {"type": "dict"},
-        "num_vfs": {"type": "int"},
-        "qos": {"type": "dict"},
-    }
     module = AnsibleModule(
         argument_spec={
             "sysfs_root": {"type": "path", "default": "/sys"},
             "hw": {"type": "dict", "required": True},
-            "expect": {"type": "dict", "default": {}, "options": expect_spec},
+            "expect": {"type": "dict", "default": {}, "options": EXPECT_SPEC},
             "read_workers": {"type": "int", "default": 8},
             "known": {"type": "dict", "default": {}},
             "result_files": {"type": "dict", "options": {
@@ -347,14 +341,13 @@ def main():
     )
     name_the_host(module, "node_validation")
     hw = module.params["hw"]
-    expect = {k: v for k, v in (module.params["expect"] or {}).items() if v not in (None, {}, "", False)}
     for key in ("gpus", "rails", "nics"):
         if not isinstance(hw.get(key), list):
             module.fail_json(msg=f"node_validation: hw.{key} is missing: pass the discovery role's gpunode_hw fact")
-    bad_accl = [k for k, v in (expect.get("roce_accl") or {}).items() if not isinstance(v, int) or isinstance(v, bool)]
-    if bad_accl:
-        module.fail_json(msg="node_validation: expect.roce_accl values must be integers: "
-                         + ", ".join(sorted(bad_accl)))
+    try:
+        expect = normalize_expect(module.params["expect"])
+    except ValueError as exc:
+        module.fail_json(msg=f"node_validation: {exc}")
     try:
         observed = observe(module, module.params["sysfs_root"], hw, expect, module.params["read_workers"],
                            module.params["known"])
