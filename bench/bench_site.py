@@ -74,7 +74,13 @@ def results_env(env, results_file):
     would land on the task line before it."""
     enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or _configured_callbacks()
     return {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
-            "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file)}
+            "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file),
+            "BENCH_RESULTS_KEYS": ",".join(RESULT_KEYS)}
+
+
+# The result keys the counts below read (playbook(), host_round_trip()): the recorder keeps only these, so that a timed
+# run does not also copy and write every fact the roles set (a few MB of JSON on the three-host fleet).
+RESULT_KEYS = ("skipped", "changed", "failed", "ignore_errors", "msg", "_ansible_delegated_vars")
 
 
 def _configured_callbacks():

@@ -19,6 +19,8 @@ short_description: Record every host result by play and task line into BENCH_RES
 description:
   - Records each host result with the task line's action, in ansible.posix.json's shape, into the file named by
     the E(BENCH_RESULTS_FILE) environment variable, at the end of the run. Meta tasks are recorded too.
+  - E(BENCH_RESULTS_KEYS), a comma-separated list of result keys, keeps only those keys of each result (a timed
+    run then does not pay for copying and writing every fact it sets); unset, every key is kept.
 """
 
 import json
@@ -38,6 +40,8 @@ class CallbackModule(CallbackBase):
         super().__init__(display)
         self._plays = []
         self._tasks = {}  # task id -> entry of the current play
+        keys = os.environ.get("BENCH_RESULTS_KEYS")
+        self._keys = frozenset(k.strip() for k in keys.split(",") if k.strip()) if keys else None
 
     def v2_playbook_on_play_start(self, play):
         self._plays.append({"play": {"name": play.get_name(), "id": str(play._uuid)}, "tasks": []})
@@ -49,7 +53,10 @@ class CallbackModule(CallbackBase):
         if entry is None:
             entry = self._tasks[task._uuid] = {"task": {"name": task.get_name(), "id": task._uuid}, "hosts": {}}
             self._plays[-1]["tasks"].append(entry)
-        entry["hosts"][result._host.get_name()] = {**result._result, **flags, "action": task.action}
+        data = result._result
+        if self._keys is not None:
+            data = {key: value for key, value in data.items() if key in self._keys}
+        entry["hosts"][result._host.get_name()] = {**data, **flags, "action": task.action}
 
     def v2_runner_on_ok(self, result):
         self._record(result)
