@@ -128,3 +128,9 @@ def test_the_lookup_names_a_bad_host_argument():
 
     with pytest.raises(AnsibleError, match="give inventory host names"):
         LookupModule().run([""], variables={})
+
+
+def test_the_count_is_the_same_when_a_forked_worker_runs_the_lookup(play):
+    """Under ansible.builtin.linear every line runs in a worker forked after the results before it were counted."""
+    assert run(play, {"ANSIBLE_STRATEGY": "linear"}) == {"BEFORE": "-1", "READ": "0", "UNCHANGED": "0",
+                                                         "CHANGED": "2", "FAILED": "3", "REREAD": "0"}
