@@ -15,8 +15,11 @@ Kubernetes API emulator as the control plane (``playbooks/sim_cluster.yml``), an
 (d) reboots per fresh provision and per re-run, counted where they happen: the simulated inventory's
     power-cycle command is wrapped to log each call before it runs ``gpunode sim reboot``.
 
+(e) then (a) again on the demo fleet alone (``make demo``'s one DGX H100 and one HGX H100, hosts ``bd-``), which
+    issue 13's ratio is stated for, with its own floor on its own two hosts (``--no-demo`` leaves it out).
+
 Writes its own section of BENCHMARKS.md between the markers below. Host names start with ``bn-``.
-Usage: python bench/bench_site.py [--output BENCHMARKS.md] [--keep]
+Usage: python bench/bench_site.py [--output BENCHMARKS.md] [--keep] [--no-demo]
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- bench_site:begin -->"
 END = "<!-- bench_site:end -->"
 HOSTS = {"bn-2rail": "pcie-h100-2rail", "bn-dgx": "dgx-h100", "bn-hgx": "hgx-h100"}
+# The demo fleet (`make demo`: one DGX H100 and one HGX H100), which issue 13's ratio is stated for; measured on its
+# own hosts, after the three-host run.
+DEMO_HOSTS = {"bd-dgx": "dgx-h100", "bd-hgx": "hgx-h100"}
 KAPI_PORT = 18645
 
 
@@ -241,6 +247,7 @@ def section(r: dict, commit: str = "?") -> str:
         f"| `ansible all -m ansible.builtin.setup` (floor) | {r['floor']:.1f} s | 1.00× |",
         f"| site.yml fresh provision | {fresh['seconds']:.1f} s | {fresh['seconds'] / r['floor']:.1f}× |",
         f"| site.yml idempotent re-run | {rerun['seconds']:.1f} s | {rerun['seconds'] / r['floor']:.1f}× |",
+        *demo_rows(r.get("demo")),
         "",
         "| host | host round trips (re-run) | per-host tasks (re-run) | all tasks | executed | skipped "
         "| changed (re-run) | reboots, fresh provision | reboots, re-run |",
@@ -265,6 +272,29 @@ def section(r: dict, commit: str = "?") -> str:
         "|---|" + "---|" * len(HOSTS),
         *(diff_rows or ["| (none) |" + " |" * len(HOSTS)]),
     ]) + note + "\n" + END
+
+
+def demo_rows(demo: dict | None) -> list[str]:
+    """The demo fleet's rows of the wall-time table (its own floor on its own two hosts), and a note below it."""
+    if not demo:
+        return []
+    rerun = demo["rerun"]
+    trips = {h: len(t) for h, t in rerun["trips"].items()}
+    return [
+        f"| demo fleet (DGX + HGX, {', '.join(DEMO_HOSTS)}): `ansible all -m ansible.builtin.setup` (floor) | "
+        f"{demo['floor']:.1f} s | 1.00× |",
+        f"| demo fleet: site.yml fresh provision | {demo['fresh']['seconds']:.1f} s | "
+        f"{demo['fresh']['seconds'] / demo['floor']:.1f}× |",
+        f"| demo fleet: site.yml idempotent re-run | {rerun['seconds']:.1f} s | "
+        f"{rerun['seconds'] / demo['floor']:.1f}× |",
+        "",
+        "The demo fleet's re-runs: " + ", ".join(f"{x:.1f}" for x in rerun["all_seconds"]) + " s; floors: "
+        + ", ".join(f"{x:.1f}" for x in demo["floors"]) + " s (best of each compared); round trips a host in its "
+        "best re-run: " + ", ".join(f"{h} {n}" for h, n in trips.items()) + "; changed results: "
+        + ", ".join(f"{h} {rerun['changed'][h]}" for h in rerun["changed"]) + "; reboots, fresh provision: "
+        + ", ".join(f"{h} {n}" for h, n in demo["fresh_reboots"].items()) + ", re-run: "
+        + ", ".join(f"{h} {n}" for h, n in demo["rerun_reboots"].items()) + ".",
+    ]
 
 
 SCALE_BEGIN = "<!-- bench_site_scale:begin -->"
@@ -311,6 +341,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path)
     parser.add_argument("--keep", action="store_true", help="leave the hosts running (bn-, or bs- with --fleet)")
+    parser.add_argument("--no-demo", action="store_true", help="leave out the demo fleet's run (DGX + HGX)")
     parser.add_argument("--fleet", help="comma-separated fleet sizes (e.g. 2,8,16): the re-run at each size "
                                         "instead of the three-host run")
     args = parser.parse_args()
@@ -323,7 +354,10 @@ def main() -> int:
         if args.output:
             update(args.output, text, SCALE_BEGIN, SCALE_END)
         return 0
-    text = section(run(args.keep), sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip())
+    result = run(args.keep)
+    if not args.no_demo:
+        result["demo"] = run(args.keep, DEMO_HOSTS, port=KAPI_PORT + 2, name="bench-demo")
+    text = section(result, sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip())
     print(text)
     if args.output:
         update(args.output, text)
