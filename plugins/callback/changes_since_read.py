@@ -17,7 +17,7 @@ description:
   - For every task result it counts, per host, the results that reported C(changed) (a task on the host, one
     delegated for it, a loop with a changed item, a failed or unreachable result counts as well when it reported
     a change or could have; C(unreachable) always counts). A result of M(mlplatform.gpunode.host_state) that
-    succeeded starts the host's count again at 0.
+    succeeded starts the host's count again at 0, and notes when it came (the lookup's C(max_age)).
   - The lookup P(mlplatform.gpunode.changes_since_read#lookup) returns the count. Without this callback it returns
     C(-1) and the validation role reads the host back, as it does after a change.
   - It prints nothing and changes no task, result or variable.

@@ -15,11 +15,16 @@ description:
     callback counts them. C(0) means the host read is what the host holds now, for everything the collection's
     tasks change.
   - Returns C(-1) for a host when that is not known - the callback is not enabled, or the host was not read in
-    this run. Treat C(-1) as "changed".
+    this run - and when the read came more than O(max_age) seconds ago. Treat C(-1) as "changed".
 options:
   _terms:
     description: Inventory host names.
     required: true
+  max_age:
+    description:
+      - Seconds. A read older than this gives C(-1) - what changes on a host without a task (a link that goes down,
+        the GPU fabric, a GPU that falls off the bus) may have moved since. Unset, a read of any age counts.
+    type: float
 seealso:
   - plugin: mlplatform.gpunode.changes_since_read
     plugin_type: callback
@@ -28,12 +33,13 @@ seealso:
 EXAMPLES = r"""
 - name: Judge the host on this run's read when nothing changed it since
   ansible.builtin.debug:
-    msg: "{{ lookup('mlplatform.gpunode.changes_since_read', inventory_hostname) == 0 }}"
+    msg: "{{ lookup('mlplatform.gpunode.changes_since_read', inventory_hostname, max_age=300) == 0 }}"
 """
 
 RETURN = r"""
 _list:
-  description: One integer per host named, the count of changed results since the read, or C(-1).
+  description: One integer per host named, the count of changed results since the read, or C(-1) (not known, or
+    older than O(max_age)).
   type: list
   elements: int
 """
@@ -49,4 +55,7 @@ class LookupModule(LookupBase):
         bad = [t for t in terms if not isinstance(t, str) or not t]
         if bad or not terms:
             raise AnsibleError(f"changes_since_read: give inventory host names, got {terms!r}")
-        return [counts.since_read(term) for term in terms]
+        max_age = self.get_option("max_age")
+        if max_age is not None and max_age < 0:
+            raise AnsibleError(f"changes_since_read: max_age is a number of seconds, 0 or more, got {max_age!r}")
+        return [counts.since_read(term, max_age) for term in terms]

@@ -21,6 +21,7 @@ fabric manager versioned as the driver (docs/hardware-facts.md "GPU side"), link
 
 from __future__ import annotations
 
+import os.path
 import re
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import values_equal
@@ -342,7 +343,8 @@ def observed_from_host_state(state, hw, expect, results_dir=None):
     files = None
     if results_dir is not None:
         read = state.get("result_files") or {}
-        if read.get("path") != results_dir or "files" not in read:
+        same_dir = bool(read.get("path")) and os.path.normpath(read["path"]) == os.path.normpath(results_dir)
+        if not same_dir or "files" not in read:
             return None, read.get("error") or f"the host read holds no result files of {results_dir}"
         files = read["files"]
     return observed, files

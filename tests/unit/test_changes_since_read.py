@@ -76,6 +76,10 @@ PLAY = """\
       ansible.builtin.debug:
         msg: "FAILED {{ __since }}"
 
+    - name: A read of any age is too old for max_age 0
+      ansible.builtin.debug:
+        msg: "AGED {{ lookup('mlplatform.gpunode.changes_since_read', inventory_hostname, max_age=0) }}"
+
     - name: Read the host again
       mlplatform.gpunode.host_state: *read
 
@@ -106,7 +110,7 @@ def run(play, env=None):
 
 def test_the_count_starts_at_the_read_and_grows_with_each_changed_result(play):
     assert run(play) == {"BEFORE": "-1", "READ": "0", "UNCHANGED": "0", "CHANGED": "2", "FAILED": "3",
-                         "REREAD": "0"}
+                         "AGED": "-1", "REREAD": "0"}
 
 
 def test_without_the_callback_the_count_is_not_known(play):
@@ -133,4 +137,26 @@ def test_the_lookup_names_a_bad_host_argument():
 def test_the_count_is_the_same_when_a_forked_worker_runs_the_lookup(play):
     """Under ansible.builtin.linear every line runs in a worker forked after the results before it were counted."""
     assert run(play, {"ANSIBLE_STRATEGY": "linear"}) == {"BEFORE": "-1", "READ": "0", "UNCHANGED": "0",
-                                                         "CHANGED": "2", "FAILED": "3", "REREAD": "0"}
+                                                         "CHANGED": "2", "FAILED": "3", "AGED": "-1", "REREAD": "0"}
+
+
+def test_a_read_older_than_max_age_is_not_known_and_a_new_read_starts_again():
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import changes_since_read as counts
+
+    counts.reset()
+    try:
+        assert counts.since_read("h1") == -1  # the callback is not loaded
+        counts.enable()
+        counts.record("h1", counts.READ_ACTION, changed=False, read_ok=True, now=100.0)
+        counts.record("h1", "ansible.builtin.set_fact", changed=False)
+        assert counts.since_read("h1", max_age=300, now=400.0) == 0
+        assert counts.since_read("h1", max_age=300, now=400.5) == -1
+        assert counts.since_read("h1", now=10_000.0) == 0  # no max_age: any age
+        counts.record("h1", "ansible.builtin.command", changed=True)
+        assert counts.since_read("h1", max_age=300, now=101.0) == 1
+        counts.record("h1", counts.READ_ACTION, changed=False, read_ok=True, now=500.0)
+        assert counts.since_read("h1", max_age=300, now=600.0) == 0
+        assert counts.since_read("h2", max_age=300, now=600.0) == -1  # never read
+    finally:
+        counts.reset()
+

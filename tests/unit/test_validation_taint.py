@@ -56,7 +56,7 @@ def _gate(tmp_path, srv, status, expect_rc=0, **extra):
     check = {"check": "gpu_count", "scope": "host", "rail": None, "device": None, "netdev": None,
              "status": status, "expected": 8, "found": 8 if status == "pass" else 7,
              "reason": "" if status == "pass" else "7 GPUs, expected 8"}
-    host_vars = {"__validation_node": {"checks": [check]}}
+    host_vars = {"__validation_gate_node": {"checks": [check]}}
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-a": host_vars, "gpu-b": host_vars}}}, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "validation_manage_taint": True, "validation_kubeconfig": srv.kubeconfig, "validation_fail_hosts": False,
