@@ -101,3 +101,26 @@ def test_a_node_that_does_not_exist_is_an_error_naming_the_host_and_the_variable
         assert (f"{host}: no Node named gpu-{host} (validation_node_name) in the cluster of validation_kubeconfig; "
                 f"cannot remove the {KEY} taint") in out, out[-3000:]
     assert taints(nodes, "gpu-a") == [{"key": KEY, "value": "true", "effect": "NoSchedule"}]
+
+
+def test_check_mode_leaves_validation_json_alone_when_the_bandwidth_tests_would_decide_it(tmp_path):
+    """Check mode runs no bandwidth test: validation.json, whose pairs a real run measures, is neither written nor
+    shown as a change on a converged host (it holds the pairs of the last real run); without bandwidth tests its
+    text is known, and check mode shows the write."""
+    measured = '{"pairs": [{"peer": "gpu-b", "rail": 0, "status": "pass"}], "passed": true}\n'
+    check = {"check": "gpu_count", "scope": "host", "rail": None, "device": None, "netdev": None, "status": "pass",
+             "expected": 8, "found": 8, "reason": ""}
+    for bandwidth in (True, False):
+        results = tmp_path / f"results-{bandwidth}"
+        results.mkdir()
+        (results / "validation.json").write_text(measured)
+        host_vars = {"__validation_gate_node": {"checks": [check]}}
+        inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"gpu-a": host_vars}}}, "vars": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "validation_manage_taint": False, "validation_fail_hosts": False,
+            "validation_bandwidth_enabled": bandwidth, "validation_results_dir": str(results)}}}
+        proc = run_play(tmp_path, inventory, PLAY, "--check", "--diff")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        changed = int(re.search(r"^gpu-a\s+:.*changed=(\d+)", proc.stdout, re.M)[1])
+        assert changed == (0 if bandwidth else 1), proc.stdout
+        assert (results / "validation.json").read_text() == measured  # check mode never writes
