@@ -33,7 +33,8 @@ description:
   - Every other task line forks a worker as C(ansible.builtin.linear) does, within C(forks).
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
     and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
-    other; each takes milliseconds.
+    other; each takes milliseconds. Their results go straight to the strategy's list of results, where the
+    result queue's reader thread puts a worker's, not through that queue and thread.
   - It also compiles each Jinja template and conditional once instead of once per task line and host
     (ansible-core 2.19 keeps no compiled template); the forked workers inherit the compiled code.
   - The compiled templates are kept across runs in one file, C(ANSIBLE_HOME/mlplatform.gpunode/compile-cache)
@@ -183,6 +184,20 @@ class StrategyModule(LinearStrategyModule):
             lookups = plugin_lookup_memo.stats()
             display.vvv(f"inline: filter and test names resolved: {lookups['misses']}, reused: {lookups['hits']}")
 
+    def _take_result(self, raw_result):
+        """Hand an inline line's result to the strategy where a worker's ends up, without the result queue.
+
+        A worker's result goes through the result queue: pickled, written to a pipe, read and unpickled by the
+        strategy's reader thread, which appends it to the results the main thread polls every millisecond. For a
+        line run in this process that trip is only the two threads handing the interpreter to each other: about
+        1.4 ms of every inline line and host (BENCHMARKS.md). The result is appended here, under the same lock and
+        converted the same way, as the reader thread would. It holds no lazy template value (the executor
+        finalizes what it templates, as it must for a worker, whose result is pickled), and the strategy keeps of
+        it what it keeps of a worker's, copied the same way (a registered result, the facts it sets)."""
+        converted = self._convert_wire_task_result_to_raw(raw_result.as_wire_task_result())
+        with self._results_lock:
+            self._results.append(converted)
+
     def _queue_task(self, host, task, task_vars, play_context):
         reason = inline_reason(task)
         if reason is None:
@@ -206,13 +221,13 @@ class StrategyModule(LinearStrategyModule):
             return super()._queue_task(host, task, task_vars, play_context)
         self._tqm.send_callback("v2_runner_on_start", host, task)
         try:
-            self._final_q.send_task_result(_RawTaskResult(host=host, task=run_task, return_data=result,
-                                                          task_fields=run_task.dump_attrs()))
+            self._take_result(_RawTaskResult(host=host, task=run_task, return_data=result,
+                                             task_fields=run_task.dump_attrs()))
         except Exception as exc:  # noqa: BLE001 -- as a worker does: the result could not be sent, say so instead
             try:
                 raise AnsibleError("Task result omitted due to queue send failure.") from exc
             except AnsibleError as wrapper:
-                self._final_q.send_task_result(_RawTaskResult(
+                self._take_result(_RawTaskResult(
                     host=host, task=run_task, task_fields={},
                     return_data=_error_utils.result_dict_from_exception(wrapper)))
         self._pending_results += 1
