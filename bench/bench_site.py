@@ -1,14 +1,15 @@
 """Benchmarks of playbooks/site.yml on the simulated fleet, as ratios measured in one run.
 
-Starts three simulated hosts — a 2-rail PCIe host (``pcie-h100-2rail``), a DGX H100 (8 rails,
-12 NIC functions) and an HGX H100 (8 rails + 2 dual-port CX-6 Dx = 12 NIC functions) — plus the
-Kubernetes API emulator as the control plane (``playbooks/sim_cluster.yml``), and runs:
+Starts four simulated hosts — two 2-rail PCIe hosts (``pcie-h100-2rail``, their own fabric ``pcie``, so that
+each has a bandwidth peer as the DGX and the HGX have each other), a DGX H100 (8 rails, 12 NIC functions) and an
+HGX H100 (8 rails + 2 dual-port CX-6 Dx = 12 NIC functions) — plus the Kubernetes API emulator as the control plane
+(``playbooks/sim_cluster.yml``), and runs:
 
 (a) site.yml fresh, then again (the idempotent re-run), against the floor
     ``ansible all -m ansible.builtin.setup`` on the same hosts;
 (b) tasks executed per host in the re-run (bench/callback_plugins/bench_results.py: a task counts once per host
     whatever its loop; skipped tasks are counted apart) — equal for every host when no task loops
-    over NICs (the 2-rail host is its own fabric, ``pcie``: a fabric's contract compares rail counts);
+    over NICs (the 2-rail hosts are their own fabric, ``pcie``: a fabric's contract compares rail counts);
 (c) host round trips per host in the re-run: module executions on the host, not task lines - a task result
     that is not skipped, whose action runs on the host (not set_fact/debug/assert/include and the other
     controller-side actions), not delegated to the controller, and not a fleet-level run_once task;
@@ -41,9 +42,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- bench_site:begin -->"
 END = "<!-- bench_site:end -->"
-HOSTS = {"bn-2rail": "pcie-h100-2rail", "bn-dgx": "dgx-h100", "bn-hgx": "hgx-h100"}
+HOSTS = {"bn-2rail": "pcie-h100-2rail", "bn-2rail-b": "pcie-h100-2rail", "bn-dgx": "dgx-h100", "bn-hgx": "hgx-h100"}
+# The 2-rail hosts' fabric: a fabric contract compares rail counts, so they cannot share the 8-rail hosts' fabric.
+PCIE_FABRIC_HOSTS = ("bn-2rail", "bn-2rail-b")
 # The demo fleet (`make demo`: one DGX H100 and one HGX H100), which issue 13's ratio is stated for; measured on its
-# own hosts, after the three-host run.
+# own hosts, after the four-host run.
 DEMO_HOSTS = {"bd-dgx": "dgx-h100", "bd-hgx": "hgx-h100"}
 KAPI_PORT = 18645
 
@@ -85,7 +88,7 @@ def results_env(env, results_file):
 
 
 # The result keys the counts below read (playbook(), host_round_trip()): the recorder keeps only these, so that a timed
-# run does not also copy and write every fact the roles set (a few MB of JSON on the three-host fleet).
+# run does not also copy and write every fact the roles set (a few MB of JSON on the three-host fleet of session 20).
 RESULT_KEYS = ("skipped", "changed", "failed", "ignore_errors", "msg", "_ansible_delegated_vars")
 
 
@@ -164,10 +167,12 @@ def run(keep: bool, hosts=None, port=KAPI_PORT, name="bench", repeats=3) -> dict
     sh(["gpunode", "kapi", "start", "--port", str(port), "--state", str(kapi)], env=env)
     try:
         sh(["gpunode", "sim", "inventory", "-o", str(inventory), *hosts], env=env)
-        # The 2-rail host is its own fabric: a fabric contract compares rail counts too.
-        if "bn-2rail" in hosts:
+        # The 2-rail hosts are their own fabric: a fabric contract compares rail counts too.
+        pcie = [h for h in PCIE_FABRIC_HOSTS if h in hosts]
+        if pcie:
             data = yaml.safe_load(inventory.read_text())
-            data["all"]["children"]["gpu_nodes"]["hosts"]["bn-2rail"]["gpunode_fabric"] = "pcie"
+            for host in pcie:
+                data["all"]["children"]["gpu_nodes"]["hosts"][host]["gpunode_fabric"] = "pcie"
             inventory.write_text(yaml.safe_dump(data))
         sh(["ansible-playbook", "playbooks/sim_cluster.yml",
             "-e", json.dumps({"gpunode_sim_kapi_port": port, "gpunode_sim_kapi_dir": str(kapi)})], env=env)
@@ -233,8 +238,8 @@ def section(r: dict, commit: str = "?") -> str:
         BEGIN,
         "## site.yml on the simulated fleet (`bench/bench_site.py`)",
         "",
-        f"Measured at commit {commit}. One run on one machine: a fresh provision, then the re-run, of three "
-        "simulated hosts (2 rails; DGX H100, 8 "
+        f"Measured at commit {commit}. One run on one machine: a fresh provision, then the re-run, of four "
+        "simulated hosts (two with 2 rails, their own fabric, bandwidth peers of each other; DGX H100, 8 "
         "rails and 12 NIC functions; HGX H100, 8 rails and 12 NIC functions), and `ansible all -m "
         "ansible.builtin.setup` on the same hosts as the floor. The re-run and the floor ran "
         f"{len(rerun.get('all_seconds') or [rerun['seconds']])} times each, interleaved; the best of each is "
@@ -348,7 +353,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the hosts running (bn-, or bs- with --fleet)")
     parser.add_argument("--no-demo", action="store_true", help="leave out the demo fleet's run (DGX + HGX)")
     parser.add_argument("--fleet", help="comma-separated fleet sizes (e.g. 2,8,16): the re-run at each size "
-                                        "instead of the three-host run")
+                                        "instead of the four-host run")
     args = parser.parse_args()
     if args.fleet:
         commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
