@@ -33,8 +33,10 @@ description:
   - Every other task line forks a worker as C(ansible.builtin.linear) does, within C(forks).
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
     and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
-    other; each takes milliseconds. Their results go straight to the strategy's list of results, where the
-    result queue's reader thread puts a worker's, not through that queue and thread.
+    other; each takes milliseconds. Their results go to the strategy's list of results, where the result queue's
+    reader thread puts a worker's, not through that queue and thread, once every host of the task line is queued:
+    as under C(ansible.builtin.linear), another host's line of the same task sees the variables and failed hosts
+    from before it.
   - It also compiles each Jinja template and conditional once instead of once per task line and host
     (ansible-core 2.19 keeps no compiled template); the forked workers inherit the compiled code.
   - The compiled templates are kept across runs in one file, C(ANSIBLE_HOME/mlplatform.gpunode/compile-cache)
@@ -170,6 +172,8 @@ class StrategyModule(LinearStrategyModule):
 
     def __init__(self, tqm):
         super().__init__(tqm)
+        # The results of this task line's inline lines, handed to the strategy when it waits for the line's results.
+        self._gpunode_held = []
         compile_memo.install(compile_cache_path())
         plugin_lookup_memo.install()
 
@@ -185,18 +189,29 @@ class StrategyModule(LinearStrategyModule):
             display.vvv(f"inline: filter and test names resolved: {lookups['misses']}, reused: {lookups['hits']}")
 
     def _take_result(self, raw_result):
-        """Hand an inline line's result to the strategy where a worker's ends up, without the result queue.
+        """Keep an inline line's result for the strategy, without the result queue; it is handed over when the
+        strategy waits for the task line's results (_wait_on_pending_results).
 
         A worker's result goes through the result queue: pickled, written to a pipe, read and unpickled by the
         strategy's reader thread, which appends it to the results the main thread polls every millisecond. For a
         line run in this process that trip is only the two threads handing the interpreter to each other: about
-        1.4 ms of every inline line and host (BENCHMARKS.md). The result is appended here, under the same lock and
-        converted the same way, as the reader thread would. It holds no lazy template value (the executor
-        finalizes what it templates, as it must for a worker, whose result is pickled), and the strategy keeps of
-        it what it keeps of a worker's, copied the same way (a registered result, the facts it sets)."""
-        converted = self._convert_wire_task_result_to_raw(raw_result.as_wire_task_result())
-        with self._results_lock:
-            self._results.append(converted)
+        1.4 ms of every inline line and host (BENCHMARKS.md). The result is converted here as the reader thread
+        would. It holds no lazy template value (the executor finalizes what it templates, as it must for a worker,
+        whose result is pickled), and the strategy keeps of it what it keeps of a worker's, copied the same way (a
+        registered result, the facts it sets).
+
+        It is kept back until every host of the task line is queued, as a worker's result arrives after the other
+        hosts' workers have forked: another host's line of the same task sees the variables, facts and failed
+        hosts from before this task line, not this host's result (a ``hostvars`` read, ``ansible_play_hosts``)."""
+        self._gpunode_held.append(self._convert_wire_task_result_to_raw(raw_result.as_wire_task_result()))
+
+    def _wait_on_pending_results(self, iterator):
+        """Hand the inline results of this task line to the strategy (_take_result), then wait as linear does."""
+        if self._gpunode_held:
+            with self._results_lock:
+                self._results.extend(self._gpunode_held)
+            self._gpunode_held = []
+        return super()._wait_on_pending_results(iterator)
 
     def _queue_task(self, host, task, task_vars, play_context):
         reason = inline_reason(task)

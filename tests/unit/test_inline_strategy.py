@@ -407,3 +407,56 @@ def test_compile_cache_path_follows_the_environment(monkeypatch, tmp_path):
     assert inline.compile_cache_path({"GPUNODE_COMPILE_CACHE": ""}) is None
     assert inline.compile_cache_path({"GPUNODE_COMPILE_CACHE": str(tmp_path / "c")}) == str(tmp_path / "c")
     assert inline.compile_cache_path({}).endswith(os.path.join("mlplatform.gpunode", "compile-cache"))
+
+
+SAME_LINE = """
+- name: Hosts of one task line
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Each host's old mark
+      ansible.builtin.set_fact:
+        mark: "old-{{ inventory_hostname }}"
+
+    - name: Each host sets a new mark and reads h1's, in one line
+      ansible.builtin.set_fact:
+        mark: "new-{{ inventory_hostname }}"
+        peer_saw: "{{ hostvars['h1']['mark'] }}"
+
+    - name: A module line, registered by all
+      ansible.builtin.command: echo first
+      register: echoed
+      changed_when: false
+
+    - name: The others read h1's registered result in the line where h1 registers its skip
+      ansible.builtin.command: echo {{ hostvars['h1']['echoed']['stdout'] | default('h1-already-replaced') }}
+      register: echoed
+      changed_when: false
+      when: inventory_hostname != 'h1'
+
+    - name: The play's hosts, in a line that fails h1
+      ansible.builtin.set_fact:
+        seen: "{{ ansible_play_hosts | join(',') }}"
+      failed_when: inventory_hostname == 'h1'
+
+    - name: Show
+      ansible.builtin.debug:
+        msg: "{{ inventory_hostname }} {{ peer_saw }} {{ seen }} {{ echoed.stdout }}"
+"""
+
+
+def test_inline_lines_of_one_task_see_the_state_from_before_it_as_workers_do(tmp_path):
+    """Inline results are handed to the strategy once every host of the task line is queued: a host's line never
+    sees another host's result of the same line (a hostvars read, the failed hosts, a register), as a forked worker
+    does not; on three hosts, as under linear."""
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(INVENTORY))
+    (tmp_path / "play.yml").write_text(SAME_LINE)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
+           "ANSIBLE_STRATEGY": "mlplatform.gpunode.inline", "ANSIBLE_CALLBACKS_ENABLED": "mlplatform.gpunode.preload"}
+    for _ in range(3):
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                              capture_output=True, text=True, env=env, check=False, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr  # h1 failed
+        for host in ("h2", "h3"):
+            assert f"msg: {host} old-h1 h1,h2,h3 first" in proc.stdout, proc.stdout
