@@ -34,8 +34,8 @@ description:
   - The results, callbacks, C(register), handlers, failures, C(ignore_errors), C(rescue), C(any_errors_fatal)
     and C(max_fail_percentage) are those of C(ansible.builtin.linear). The inline lines run one host after the
     other; each takes milliseconds. Their results go to the strategy's list of results, where the result queue's
-    reader thread puts a worker's, not through that queue and thread, once every host of the task line is queued:
-    as under C(ansible.builtin.linear), another host's line of the same task sees the variables and failed hosts
+    reader thread puts a worker's, not through that queue and thread, once every host of the task line is queued.
+    As under C(ansible.builtin.linear), another host's line of the same task sees the variables and failed hosts
     from before it.
   - It also compiles each Jinja template and conditional once instead of once per task line and host
     (ansible-core 2.19 keeps no compiled template); the forked workers inherit the compiled code.
