@@ -77,8 +77,6 @@ import os
 
 from ansible import constants as C
 from ansible._internal import _task
-from ansible._internal._errors import _error_utils
-from ansible.errors import AnsibleError
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins.loader import get_plugin_loader_namespace
@@ -235,15 +233,8 @@ class StrategyModule(LinearStrategyModule):
             del self._queued_task_cache[(host.name, task._uuid)]
             return super()._queue_task(host, task, task_vars, play_context)
         self._tqm.send_callback("v2_runner_on_start", host, task)
-        try:
-            self._take_result(_RawTaskResult(host=host, task=run_task, return_data=result,
-                                             task_fields=run_task.dump_attrs()))
-        except Exception as exc:  # noqa: BLE001 -- as a worker does: the result could not be sent, say so instead
-            try:
-                raise AnsibleError("Task result omitted due to queue send failure.") from exc
-            except AnsibleError as wrapper:
-                self._take_result(_RawTaskResult(
-                    host=host, task=run_task, task_fields={},
-                    return_data=_error_utils.result_dict_from_exception(wrapper)))
+        # No queue, so no send failure to stand in for (a worker reports one when its result cannot be pickled).
+        self._take_result(_RawTaskResult(host=host, task=run_task, return_data=result,
+                                         task_fields=run_task.dump_attrs()))
         self._pending_results += 1
         return None
