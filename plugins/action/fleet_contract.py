@@ -17,6 +17,9 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import
     compare,
     format_table,
 )
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import IntentError, declared_contract
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import normalize_value
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fabric_intent import resolved_intent
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
 
 
@@ -69,7 +72,20 @@ class ActionModule(ActionBase):
         gathered, problems = self._gather(task_vars, list(hosts), sources, group_by, default_group)
         if problems:
             raise AnsibleActionFail("fleet_contract: malformed contract entries: " + "; ".join(problems))
-        compared = compare(gathered, list(hosts))
+        declared = {}
+        if group_by == "gpunode_fabric":
+            # Grouped by the fabrics of the run's resolved intent, and each fabric's declared settings are the
+            # expected values (not the majority's): hosts that agree on what nobody declared are drift too.
+            try:
+                intent = resolved_intent(task_vars, list(hosts))
+            except IntentError as exc:
+                raise AnsibleActionFail("fleet_contract: the fabric intent does not hold: "
+                                        + "; ".join(exc.errors)) from None
+            for host, fabric in intent["hosts"].items():
+                if host in gathered:
+                    gathered[host]["fabric"] = fabric
+            declared = {name: declared_contract(fabric, normalize_value) for name, fabric in intent["fabrics"].items()}
+        compared = compare(gathered, list(hosts), declared)
         table = format_table(compared)
         report = {"ok": compared["ok"], "sources": sources, "group_by": group_by,
                   "hosts": {h: {"fabric": g["fabric"], "entries": len(g["entries"])} for h, g in gathered.items()},

@@ -69,10 +69,15 @@ def cluster_objects_inputs(hostvars, hosts, vfs_per_rail=8, sriov_rails_from_dis
         if sriov is None:
             sriov = k8s_objects.sriov_rails_from_hw(hw, vfs) if sriov_rails_from_discovery and hw is not None else []
         contract = list(facts.get("nic_firmware_contract") or []) + list(facts.get("roce_qos_contract") or [])
+        # The fabric and its transport as the run's resolved intent has them (mlplatform.gpunode.fabric_intent).
+        intent = facts.get("gpunode_intent") or {}
+        fabric = (intent.get("hosts") or {}).get(host)
+        if fabric is None:
+            raise AnsibleFilterError(f"cluster_objects_inputs: {host} has no resolved fabric intent (gpunode_intent): "
+                                     "run mlplatform.gpunode.fabric_intent for the play's hosts first")
         out[host] = {
             "hw": hw, "node_name": facts.get("kubernetes_node_name") or host,
-            "fabric": facts.get("gpunode_fabric") or "default",
-            "transport": facts.get("gpunode_fabric_transport") or "roce",
+            "fabric": fabric, "transport": intent["fabrics"][fabric]["transport"],
             "cpu": ansible_facts.get("processor_vcpus") or capacity.get("cpu") or 0,
             "memory_mib": ansible_facts.get("memtotal_mb") or capacity.get("memory_mib") or 0,
             "sriov_rails": sriov, "adaptive_routing": k8s_objects.adaptive_routing_mode(contract),

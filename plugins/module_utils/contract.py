@@ -47,8 +47,12 @@ def check_entry(entry):
 def _key(value):
     """Equal for values whose JSON spellings are equal: scalars with their type (1, 1.0, True and
     "1" differ, as in JSON), anything else by its JSON spelling."""
-    if value is None or isinstance(value, (str, int, float)):
-        return (type(value), value)
+    if value is None:
+        return (None, None)
+    # By the base type: a value read from the inventory or a fact may be a subclass (a tagged int or str).
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return (kind, kind(value))
     return (list, json.dumps(value, sort_keys=True, default=str))
 
 
@@ -91,8 +95,23 @@ def _observations(hosts, host_order):
     return observed
 
 
-def compare(hosts, host_order=None):
+def _declared_value(declared, setting):
+    """The declared value of a contract setting, or (False, None): ``nv_config.LINK_TYPE_P1`` is declared as
+    ``nv_config.LINK_TYPE`` (a parameter without _P<n> means the rail's own port)."""
+    if setting in declared:
+        return True, declared[setting]
+    base = _PORT_RE.sub("", setting)
+    if base != setting and setting.startswith("nv_config.") and base in declared:
+        return True, declared[base]
+    return False, None
+
+
+def compare(hosts, host_order=None, declared=None):
     """Compare the contract of every host, per fabric.
+
+    ``declared``: fabric -> ``{setting: value}`` (module_utils.intent.declared_contract). A declared setting's
+    expected value is the declared one, not the majority: a fleet that agrees on a value nobody declared is drift
+    too, and its rows say ``declared``.
 
     ``hosts``: host -> ``{"fabric": str, "entries": [entry, ...]}`` (each entry may carry a
     ``source``, the variable it came from). Returns ``{"ok", "fabrics": {fabric: {"hosts",
@@ -112,7 +131,20 @@ def compare(hosts, host_order=None):
     for fabric, members in sorted(fabrics.items()):
         summary = {"hosts": members, "expected": {}, "ties": [], "drift": []}
         observed = _observations({h: hosts[h] for h in members}, members)
+        fabric_declared = (declared or {}).get(fabric) or {}
         for (scope, setting), observations in sorted(observed.items()):
+            is_declared, declared_value = _declared_value(fabric_declared, setting)
+            if is_declared:
+                expected_key = _key(declared_value)
+                summary["expected"][setting] = copy.deepcopy(declared_value)
+                for host, rail, pci_address, netdev, value, k in observations:
+                    if k != expected_key:
+                        summary["drift"].append({
+                            "fabric": fabric, "host": host, "scope": scope, "rail": rail,
+                            "pci_address": pci_address, "netdev": netdev, "setting": setting,
+                            "expected": declared_value, "found": ABSENT if k is None else value, "tie": False,
+                            "declared": True})
+                continue
             counts = {}
             value_of = {}
             for o in observations:
@@ -167,11 +199,12 @@ def format_table(result):
             continue
         drifted = sorted({row["setting"] for row in summary["drift"]})
         lines.append(f"fabric {fabric}: {len(summary['hosts'])} hosts ({', '.join(summary['hosts'])}), "
-                     f"{len(drifted)} setting(s) differ from the majority")
+                     f"{len(drifted)} setting(s) differ from the declaration or the majority")
         rows = [("host", "rail", "pci_address", "netdev", "setting", "expected", "found")]
         for row in summary["drift"]:
             rows.append((row["host"], _cell(row["rail"]), _cell(row["pci_address"]), _cell(row["netdev"]),
-                         row["setting"], _cell(row["expected"]) + (" (tie)" if row["tie"] else ""),
+                         row["setting"], _cell(row["expected"]) + (" (tie)" if row["tie"] else "")
+                         + (" (declared)" if row.get("declared") else ""),
                          _cell(row["found"])))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for row in rows:

@@ -66,3 +66,9 @@ def run_play(tmp_path: Path, inventory: dict, play: str, *args: str) -> subproce
     return subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.yml"),
                            str(tmp_path / "play.yml"), *args], capture_output=True, text=True, env=env, check=False,
                           timeout=600)
+
+
+def fabric(name: str = "default", **settings) -> dict:
+    """The inventory variables of a host in fabric ``name``: its declaration (``gpunode_fabric_settings``), transport
+    ``roce`` unless ``settings`` says otherwise (docs/variables.md)."""
+    return {"gpunode_fabric": name, "gpunode_fabric_settings": {"transport": "roce", **settings}}

@@ -333,9 +333,13 @@ def _published(role):
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_warns_about_its_typos_first(role):
-    """Every role's first task (or its preflight's) is role_variables with the role's prefix and published facts.
+    """Every role's first task (or its preflight's) is role_variables with the role's prefix and published facts,
+    after the fabric intent's resolution where the role reads it (once a run, before anything touches a host).
     Only discovery may end first, in a later play of a run whose first play read the host (and warned)."""
     main = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    if "mlplatform.gpunode.fabric_intent" in main[0]:
+        assert main[0]["register"] == "gpunode_intent" and main[0]["run_once"] is True, main[0]
+        main = main[1:]
     first = main[0]
     if role == "discovery":
         assert first["ansible.builtin.meta"] == "end_role" and "gpunode_hw is defined" in first["when"], first

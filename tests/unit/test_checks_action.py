@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from local_play import fabric
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
@@ -150,7 +151,8 @@ def _first_task_of_role(tmp_path, role, extra):
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"),
            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"),
-                           "-e", json.dumps(extra)], capture_output=True, text=True, env=env, check=False, timeout=300)
+                           "-e", json.dumps({**fabric(), **extra})], capture_output=True, text=True, env=env,
+                          check=False, timeout=300)
     assert proc.returncode != 0
     tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
     first = next(t for t in tasks if f"Warn about {role}_* variables" in t["task"]["name"])

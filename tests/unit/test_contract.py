@@ -63,7 +63,8 @@ def test_incident_adaptive_routing_on_one_vendor_only_names_every_rail():
         ("hgx01", i, rail["pci_address"], rail["netdev"], "roce_accl.adaptive_routing_forced_en", 0, 1)
         for i, rail in enumerate(HGX_RAILS)]
     table = contract.format_table(result).splitlines()
-    assert table[0] == "fabric default: 3 hosts (dgx01, dgx02, hgx01), 1 setting(s) differ from the majority"
+    assert table[0] == ("fabric default: 3 hosts (dgx01, dgx02, hgx01), 1 setting(s) differ from the declaration "
+                        "or the majority")
     assert table[1].split() == ["host", "rail", "pci_address", "netdev", "setting", "expected", "found"]
     assert table[2].split() == ["hgx01", "0", "0000:1a:00.0", "ens1np0", "roce_accl.adaptive_routing_forced_en",
                                 "0", "1"]

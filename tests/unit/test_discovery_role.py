@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from local_play import fabric
 
 from gpunode.sim.profile import load_profile, validate_profile
 from gpunode.sim.sysfs import materialize
@@ -29,7 +30,8 @@ def _play(tmp_path: Path, tree: Path, **extra) -> subprocess.CompletedProcess:
         "all:\n  children:\n    gpu_nodes:\n      hosts:\n        node1:\n"
         f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
     )
-    extra_vars = {"discovery_sysfs_root": str(tree), "discovery_results_dir": str(tmp_path / "results"), **extra}
+    extra_vars = {"discovery_sysfs_root": str(tree), "discovery_results_dir": str(tmp_path / "results"), **fabric(),
+                  **extra}
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
     return subprocess.run(
@@ -94,3 +96,26 @@ def test_gpu_without_rail_fails_unless_partial_rails_are_allowed(tmp_path):
     result = json.loads((tmp_path / "results" / "discovery.json").read_text())
     assert [g["gpu"] for g in result["gpus_without_rail"]] == ["0000:5d:00.0"]
     assert len(result["rails"]) == 7
+
+
+@pytest.mark.parametrize(("variables", "needle"), [
+    ({"gpunode_fabric": None}, "node1: GPU node in no fabric: gpunode_fabric is not set"),
+    ({"gpunode_fabric_settings": {"link_speed_gbps": 400}},
+     "node1: fabric default: gpunode_fabric_settings.transport is not set (infiniband or roce; there is no default)"),
+    ({"gpunode_fabric_settings": {"transport": "roce", "nics": {"compute": {"num_vf": 8}}}},
+     "node1: fabric default: gpunode_fabric_settings.nics.compute: unknown key num_vf"),
+    ({"sriov_compute_num_vfs": 4}, "node1: sriov_compute_num_vfs no longer declares a fabric's intent: set "
+                                   "gpunode_fabric_settings.nics.compute.num_vfs"),
+])
+def test_a_host_without_a_valid_fabric_stops_the_run_before_anything_is_written(tmp_path, variables, needle):
+    """The first task of the first play: a GPU node in no fabric, a fabric without a transport, an unknown key or
+    a variable that declared intent elsewhere fails the run naming the host, the fabric and the variable, before
+    the host is read or discovery.json written."""
+    tree = tmp_path / "sys"
+    materialize(load_profile("dgx-h100"), tree)
+    proc = _play(tmp_path, tree, **variables)
+    assert proc.returncode != 0
+    assert needle in " ".join(proc.stdout.split())
+    assert "nothing was changed on any host" in proc.stdout
+    assert not (tmp_path / "results").exists()
+    assert "ok=0" in proc.stdout.split("PLAY RECAP")[1]

@@ -20,13 +20,15 @@ def entries(ar, rails=("0000:18:00.0", "0000:40:00.0")):
 
 
 def play(tmp_path, contracts, fabrics=None):
+    """``fabrics``: host -> (fabric name, its compute rails' adaptive routing); others are in fabric default (off)."""
     hosts = ""
     for name, contract in contracts.items():
+        fabric, accl = (fabrics or {}).get(name, ("default", False))
+        settings = {"transport": "roce", "nics": {"compute": {"adaptive_routing": accl}}}
         hosts += (f"        {name}:\n          ansible_connection: local\n"
                   f"          ansible_python_interpreter: {sys.executable}\n"
-                  f"          nic_firmware_contract: {json.dumps(contract)}\n")
-        if fabrics and name in fabrics:
-            hosts += f"          gpunode_fabric: {fabrics[name]}\n"
+                  f"          nic_firmware_contract: {json.dumps(contract)}\n"
+                  f"          gpunode_fabric: {fabric}\n          gpunode_fabric_settings: {json.dumps(settings)}\n")
     (tmp_path / "hosts.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n" + hosts)
     (tmp_path / "play.yml").write_text(
         "- name: Check\n  hosts: gpu_nodes\n  gather_facts: false\n  tasks:\n"
@@ -51,8 +53,8 @@ def test_drift_fails_naming_host_device_setting(tmp_path):
     assert proc.returncode != 0
     out = proc.stdout
     assert "fleet contract broken" in out
-    assert "hgx01  0     0000:1a:00.0  eth0    roce_accl.adaptive_routing_forced_en  0         1" in out
-    assert "hgx01  -     -             -       rail_count                            2         1" in out
+    assert "hgx01  0     0000:1a:00.0  eth0    roce_accl.adaptive_routing_forced_en  0 (declared)  1" in out
+    assert "hgx01  -     -             -       rail_count                            2             1" in out
     report = json.loads((tmp_path / "out" / "contract.json").read_text())
     assert report["ok"] is False
     assert {(r["host"], r["setting"]) for r in report["drift"]} == {
@@ -60,5 +62,33 @@ def test_drift_fails_naming_host_device_setting(tmp_path):
 
 
 def test_different_fabrics_do_not_compare(tmp_path):
-    proc = play(tmp_path, {"dgx01": entries(0), "hgx01": entries(1)}, fabrics={"hgx01": "spectrum-x"})
+    proc = play(tmp_path, {"dgx01": entries(0), "hgx01": entries(1)}, fabrics={"hgx01": ("spectrum-x", True)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hosts_that_agree_on_what_the_fabric_does_not_declare_break_the_contract(tmp_path):
+    """The declaration, not the majority, says what a fabric's hosts must run: both hosts forcing adaptive routing
+    on a fabric that declares it off is drift on every rail, marked as declared."""
+    proc = play(tmp_path, {"dgx01": entries(1), "hgx01": entries(1)})
+    assert proc.returncode != 0
+    assert "dgx01  0     0000:18:00.0  eth0    roce_accl.adaptive_routing_forced_en  0 (declared)  1" in proc.stdout
+    report = json.loads((tmp_path / "out" / "contract.json").read_text())
+    assert report["fabrics"]["default"]["expected"]["roce_accl.adaptive_routing_forced_en"] == 0
+    assert len(report["drift"]) == 4 and all(r["declared"] for r in report["drift"])
+    # Declared on, the same hosts hold the contract.
+    proc = play(tmp_path, {"dgx01": entries(1), "hgx01": entries(1)},
+                fabrics={"dgx01": ("default", True), "hgx01": ("default", True)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_host_in_no_fabric_stops_the_contract_naming_it(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    proc = play(tmp_path, {"dgx01": entries(0)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    inventory.write_text(inventory.read_text().replace("gpunode_fabric: default", "gpunode_fabric: ''"))
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(tmp_path / "play.yml")], capture_output=True,
+                          text=True, env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                                          "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")},
+                          check=False, timeout=300)
+    assert proc.returncode != 0
+    assert "dgx01: GPU node in no fabric: gpunode_fabric is not set" in " ".join(proc.stdout.split())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fake_mft
 import pytest
+from local_play import fabric
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
 
@@ -54,7 +55,7 @@ def fleet(tmp_path, dgx_tree):
             f"      ansible_python_interpreter: {sys.executable}\n")
         extra_vars = {"discovery_sysfs_root": str(dgx_tree), "discovery_results_dir": str(tmp_path / "results"),
                       "nic_firmware_results_dir": str(tmp_path / "results"), "nic_firmware_boot_unit_enabled": False,
-                      "discovery_print_summary": False, **extra}
+                      "discovery_print_summary": False, **fabric(), **extra}
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
                "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections"), "ANSIBLE_NOCOLOR": "1"}
         argv = [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(playbook), "-e", json.dumps(extra_vars)]
@@ -122,8 +123,7 @@ def test_check_mode_shows_pending_changes_and_writes_nothing(fleet):
 
 
 def test_adaptive_routing_declared_per_fabric(fleet):
-    declared = {"fabric-a": {"compute": True}, "fabric-b": {}}
-    proc, result = fleet["play"](gpunode_fabric="fabric-a", nic_firmware_adaptive_routing=declared)
+    proc, result = fleet["play"](**fabric("fabric-a", nics={"compute": {"adaptive_routing": True}}))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fake = fleet["fake"]()
     assert {fake.accl[r["pci_address"]]["adaptive_routing_forced_en"] for r in fleet["rails"]} == {1}
@@ -146,7 +146,7 @@ def test_refusing_rail_fails_or_is_skipped(fleet):
 
 
 def test_infiniband_transport_sets_ib_and_leaves_roce_accl(fleet):
-    proc, result = fleet["play"](gpunode_fabric_transport="infiniband")
+    proc, result = fleet["play"](**fabric(transport="infiniband"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fake = fleet["fake"]()
     assert {fake.cards[r["card"]]["params"]["LINK_TYPE_P1"]["next_boot"] for r in fleet["rails"]} == {1}
@@ -182,15 +182,19 @@ def test_boot_program_writes_reads_back_and_fails_loudly(tmp_path):
 # -- issue 16: typos, keys that match nothing, and a failure midway ------------------------------
 
 
-def test_unknown_role_key_fails_and_a_misspelled_variable_warns(fleet):
-    proc, _ = fleet["play"](nic_firmware_settings={"compte": {"NUM_OF_VFS": 4}},
-                            nic_firmware_setings={"compute": {"NUM_OF_VFS": 4}})
-    text = " ".join((proc.stdout + proc.stderr).split())  # the typo is an Ansible warning (stderr)
+def test_unknown_role_key_fails_and_a_misspelled_variable_warns(fleet, tmp_path):
+    proc, _ = fleet["play"](**fabric(nics={"compte": {"nv_config": {"NUM_OF_VFS": 4}}}))
+    text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0
-    assert "node1: nic_firmware_settings has compte, which is not a NIC role; valid keys: compute, storage," in text
-    assert ("variable nic_firmware_setings is not a variable of this role and is ignored; "
-            "did you mean nic_firmware_settings?") in text
+    assert ("node1: fabric default: gpunode_fabric_settings.nics: compte is not a NIC role that can be configured; "
+            "known: compute, storage, dpu") in text
     assert all(c["params"]["NUM_OF_VFS"]["next_boot"] == 16 for c in fleet["fake"]().cards.values())
+    assert not (tmp_path / "results").exists()  # stopped before discovery wrote anything
+    proc, _ = fleet["play"](nic_firmware_skip_unsuported=True)
+    text = " ".join((proc.stdout + proc.stderr).split())  # the typo is an Ansible warning (stderr)
+    assert proc.returncode == 0, text
+    assert ("variable nic_firmware_skip_unsuported is not a variable of this role and is ignored; "
+            "did you mean nic_firmware_skip_unsupported?") in text
 
 
 def test_override_on_a_nic_whose_role_has_no_settings_fails(fleet):
@@ -232,7 +236,7 @@ def test_a_value_that_does_not_take_effect_after_the_bounded_reboots_is_reported
     assert "not in effect after" not in proc.stdout.replace(json.dumps(stuck), "")
     assert recap(proc)["changed"] == "0"
     # A new wish asks for a reboot again; the values whose wish is the same stay recorded.
-    proc, changed = fleet["play"](nic_firmware_settings={"compute": {"NUM_OF_VFS": 4}})
+    proc, changed = fleet["play"](**fabric(nics={"compute": {"num_vfs": 4}}))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert changed["reboot_required"] is True
     assert all("NUM_OF_VFS" not in params for params in changed["not_in_effect"].values())

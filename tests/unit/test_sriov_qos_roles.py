@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from local_play import fabric
 
 from gpunode.sim.profile import load_profile
 from gpunode.sim.sysfs import materialize
@@ -32,7 +33,7 @@ def _play(tmp_path: Path, tree: Path, *args, env_extra=None, **extra) -> subproc
     )
     extra_vars = {"gpunode_sysfs_root": str(tree), "discovery_results_dir": str(tmp_path / "results"),
                   "discovery_print_summary": False, "sriov_boot_unit_enabled": False,
-                  "roce_qos_boot_unit_enabled": False, **extra}
+                  "roce_qos_boot_unit_enabled": False, **fabric(), **extra}
     dump = tmp_path / "facts.yml"
     dump_play = tmp_path / "dump.yml"
     dump_play.write_text(
@@ -93,43 +94,48 @@ def test_check_mode_writes_no_vfs(tmp_path, dgx_tree):
 
 
 def test_more_vfs_than_total_fails_naming_host_netdev_and_variable(tmp_path, dgx_tree):
-    proc = _play(tmp_path, dgx_tree, sriov_compute_num_vfs=32)
+    proc = _play(tmp_path, dgx_tree, **fabric(nics={"compute": {"num_vfs": 32}}))
     assert proc.returncode != 0
-    assert "node1: netdev ibp24s0 (0000:18:00.0, compute): sriov_compute_num_vfs=32 is more than sriov_totalvfs 16" \
-        in proc.text
+    assert ("node1: netdev ibp24s0 (0000:18:00.0, compute): gpunode_fabric_settings.nics.compute.num_vfs=32 "
+            "(fabric default) is more than sriov_totalvfs 16") in proc.text
     assert "NUM_OF_VFS" in proc.text and "nic_firmware" in proc.text
     assert [numvfs(dgx_tree, pci) for pci in DGX_RAILS] == ["0"] * 8
 
 
-@pytest.mark.parametrize(("extra", "needle"), [
-    ({"roce_qos_tos": 160}, "roce_qos_tos 160 is DSCP 40, which the default dscp2prio map puts on priority 5"),
-    ({"roce_qos_ecn_rp_priorities": [3, 5]}, "ECN is enabled on priorities [5]"),
-    ({"roce_qos_pfc_priorities": [3, 9]}, "invalid RoCE QoS profile for fabric default"),
-    ({"roce_qos_tos": 300}, "invalid RoCE QoS profile"),
-    ({"roce_qos_cnp_dscp": 26}, "roce_qos_cnp_dscp 26 equals the data DSCP of roce_qos_tos 106"),
+@pytest.mark.parametrize(("qos", "needle"), [
+    ({"roce_tos": 160}, "gpunode_fabric_settings.qos.roce_tos: 160 is DSCP 40, which trust dscp puts on priority 5, "
+                        "but PFC (pfc_priorities) is on [3]"),
+    ({"ecn_rp_priorities": [3, 5]}, "gpunode_fabric_settings.qos: ECN (ecn_np_priorities/ecn_rp_priorities) is on "
+                                    "priorities [5], which have no PFC"),
+    ({"pfc_priorities": [3, 9]}, "gpunode_fabric_settings.qos.pfc_priorities: 9 is not a priority 0..7"),
+    ({"roce_tos": 300}, "gpunode_fabric_settings.qos.roce_tos: 300 is outside 0..255"),
+    ({"cnp_dscp": 26}, "gpunode_fabric_settings.qos.cnp_dscp: 26 equals the data DSCP of roce_tos 106"),
+    ({"mut": 4200}, "gpunode_fabric_settings.qos: unknown key mut"),
 ])
-def test_contradicting_qos_is_rejected_before_anything_is_applied(tmp_path, dgx_tree, extra, needle):
-    proc = _play(tmp_path, dgx_tree, **extra)
+def test_contradicting_qos_is_rejected_before_anything_is_applied(tmp_path, dgx_tree, qos, needle):
+    proc = _play(tmp_path, dgx_tree, **fabric(qos=qos))
     assert proc.returncode != 0
-    assert needle in proc.text
-    assert "node1:" in proc.text
+    assert "node1: fabric default: " + needle in proc.text
+    assert [numvfs(dgx_tree, pci) for pci in DGX_RAILS] == ["0"] * 8  # nothing written: not even the VFs
+    assert not (tmp_path / "results").exists()
 
 
-def test_profile_for_a_fabric_no_host_is_in_fails_and_a_typo_warns(tmp_path, dgx_tree):
-    proc = _play(tmp_path, dgx_tree, gpunode_fabric="east", roce_qos_profiles={"eats": {"mtu": 4200}},
-                 roce_qos_mut=4200)
+def test_a_variable_that_used_to_declare_qos_fails_and_a_typo_warns(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, roce_qos_mtu=4200)
     assert proc.returncode != 0
-    assert ("roce_qos_profiles has eats, which is not the fabric (gpunode_fabric / roce_qos_fabric) of any host "
-            "in this play; valid keys: east") in proc.text
-    assert "variable roce_qos_mut is not a variable of this role and is ignored; did you mean roce_qos_mtu?" \
-        in proc.text
+    assert ("node1: roce_qos_mtu no longer declares a fabric's intent: set gpunode_fabric_settings.qos.mtu in the "
+            "fabric's group_vars instead") in proc.text
     assert (dgx_tree / "class/net/ibp24s0/mtu").read_text().strip() != "4200"
+    proc = _play(tmp_path, dgx_tree, roce_qos_boot_unit_enabeld=False)
+    assert "variable roce_qos_boot_unit_enabeld is not a variable of this role and is ignored; did you mean " \
+        "roce_qos_boot_unit_enabled?" in proc.text
 
 
-def test_profiles_override_per_fabric(tmp_path, dgx_tree):
-    proc = _play(tmp_path, dgx_tree, gpunode_fabric="east", roce_qos_profiles={"east": {"tos": 160}})
+def test_an_infiniband_fabric_with_a_qos_profile_fails_naming_the_fabric(tmp_path, dgx_tree):
+    proc = _play(tmp_path, dgx_tree, **fabric("ib-east", transport="infiniband", qos={"mtu": 4200}))
     assert proc.returncode != 0
-    assert "roce_qos_tos 160" in proc.text
+    assert ("node1: fabric ib-east: gpunode_fabric_settings.qos: fabric ib-east is InfiniBand: PFC, ECN and DSCP "
+            "trust are RoCE settings") in proc.text
 
 
 # -- roce_qos on an HGX tree (RoCE rails), with stand-ins for the DOCA tools -----------------------
@@ -193,6 +199,26 @@ def hgx_roce(tmp_path, real_outputs):
                                                template=str(template)))
         (bindir / name).chmod(0o755)
     return tree, {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+OWN_PROFILE = {"pfc_priorities": [4], "ecn_np_priorities": [4], "ecn_rp_priorities": [4], "roce_tos": 138, "mtu": 4200}
+
+
+def test_a_fabric_with_its_own_profile_is_configured_with_it(tmp_path, hgx_roce):
+    """roce-east declares its own profile (PFC and ECN on priority 4, ToS 138 = DSCP 34, MTU 4200): the rails get
+    that profile, not the defaults, and the contract the role publishes says so."""
+    tree, env = hgx_roce
+    proc = _play(tmp_path, tree, env_extra=env, **fabric("roce-east", qos=OWN_PROFILE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    facts = json.loads((tmp_path / "facts.yml").read_text())
+    for rail in facts["sriov_rails"]:
+        net = tree / "class" / "net" / rail["pf_name"]
+        for point in ("roce_np", "roce_rp"):
+            assert [(net / "ecn" / point / "enable" / str(p)).read_text().strip() for p in range(8)] == list("00001000")
+        assert (net / "mtu").read_text().strip() == "4200"
+        assert (tree / "class/infiniband" / rail["rdma_device"] / "tc/1/traffic_class").read_text().strip() == "138"
+    contract = {(c["rail"], c["setting"]): c["value"] for c in facts["roce_qos_contract"]}
+    assert {tuple(contract[(r, "qos_pfc")]) for r in range(8)} == {(0, 0, 0, 0, 1, 0, 0, 0)}
 
 
 def test_hgx_rails_get_the_lossless_profile_then_nothing_changes(tmp_path, hgx_roce):

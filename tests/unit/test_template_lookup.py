@@ -41,7 +41,7 @@ def test_the_role_templates_render_as_with_the_builtin_lookup(tmp_path):
     extra = {
         "sriov_config_dir": "/etc/gpunode", "__sriov_script": "/usr/local/libexec/gpunode-sriov-apply",
         "roce_qos_config_dir": "/etc/gpunode", "__roce_qos_script": "/usr/local/libexec/gpunode-roce-qos",
-        "nic_firmware_config_dir": "/etc/gpunode", "nic_firmware_fabric": "roce",
+        "nic_firmware_config_dir": "/etc/gpunode", "__nic_firmware_fabric": "roce",
         "nic_firmware_boot_unit_after": "openibd.service", "nic_firmware_boot_unit_before": "kubelet.service",
         "__nic_firmware_accl": [{"device": "0000:18:00.0", "fields": {"adaptive_routing_forced_en": 1}},
                                 {"device": "0000:29:00.0", "fields": {"adaptive_routing_forced_en": 1}}],

@@ -305,6 +305,19 @@ def _ssh_vars(host: dict) -> dict:
     }
 
 
+#: The fabric every simulated host is in: one RoCE fabric, lossless profile and 400 Gb/s rails as the profiles have,
+#: adaptive routing on the compute rails (the setting of the incident behind the project).
+SIM_FABRIC = {
+    "gpunode_fabric": "default",
+    "gpunode_fabric_settings": {
+        "transport": "roce", "link_speed_gbps": 400,
+        "nics": {"compute": {"adaptive_routing": True, "num_vfs": 8}},
+        "qos": {"trust": "dscp", "pfc_priorities": [3], "ecn_np_priorities": [3], "ecn_rp_priorities": [3],
+                "cnp_dscp": 48, "roce_tos": 106, "mtu": 9000},
+    },
+}
+
+
 def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
     """Write an Ansible inventory of the running simulated hosts (only ``names`` when given) to
     ``path``; return it. Naming the hosts keeps other scenarios' hosts on the machine out of it."""
@@ -338,6 +351,9 @@ def inventory(path: Path, names: list[str] | None = None, *, log=print) -> dict:
                         # A simulated host reboots through the simulator (promotes next-boot NV config).
                         "gpunode_reboot_strategy": "power_cycle",
                         "gpunode_power_cycle_command": ["gpunode", "sim", "reboot", "{{ inventory_hostname }}"],
+                        # The simulated hosts' rails are cabled to one simulated RoCE fabric (its declaration;
+                        # inventories/sim/group_vars/gpu_nodes.yml says the same for the demo).
+                        **SIM_FABRIC,
                         **MIRROR_VARS,
                     },
                 }
