@@ -193,7 +193,8 @@ def _declared_rail_checks(rail, label, where, observed, expect, nic):
             params = config.get("params") or {}
             bad, found = [], {}
             for param, value in sorted(nv_want.items()):
-                row = params.get(param) or {}
+                # A parameter without _P<n> is the rail's own port, as the fabric declares it and mlxconfig sets it.
+                row = params.get(param) or params.get(f"{param}_P{int(pci[-1]) + 1}") or {}
                 current = row.get("current")
                 found[param] = current
                 if current is None or not values_equal(param, value, current):

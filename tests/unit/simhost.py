@@ -85,15 +85,32 @@ def tool_bin(bindir: Path, tools) -> Path:
 
 
 def day_two_host(path: Path, profile: str = "hgx-h100", driver: str = "570.172.08", num_vfs: int = 8,
-                 pfc: list[int] | None = None) -> tuple[Path, dict]:
+                 pfc: list[int] | None = None, intent: dict | None = None) -> tuple[Path, dict]:
     """A host as the pipeline leaves it, for the day-two checks: the NVIDIA driver loaded, persistence
     on, fabric Completed, ``num_vfs`` VFs and adaptive routing on every rail (with ``pfc``: DSCP trust
-    and that PFC), an empty simulated process table. Returns ``(state dir, discovery result)``."""
+    and that PFC), an empty simulated process table. With ``intent`` (one fabric's resolved intent), the
+    rails are as that fabric declares them instead: its NV config set and in effect after a reboot, its VFs,
+    adaptive routing and QoS profile. Returns ``(state dir, discovery result)``."""
     from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify  # noqa: PLC0415 - only the day-two tests need it
     from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs  # noqa: PLC0415 - as above
 
     hdir = make_host(path, profile)
     hw = classify(read_sysfs(hdir / "sys"))
+    if intent is not None:
+        compute = intent["nics"]["compute"]
+        num_vfs = compute["num_vfs"]
+        from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import parse_query  # noqa: PLC0415 - as above
+
+        for rail in hw["rails"]:
+            query = run_tool(hdir, "mlxconfig", "-d", rail["pci_address"], "q")
+            assert query.rc == 0, query.err
+            names = set(parse_query(query.out)["devices"][0]["params"])
+            # A parameter without _P<n> is the rail's own port (port 1 of a single-port rail), as the module says.
+            settings = [f"{k if k in names else k + '_P1'}={int(v) if isinstance(v, bool) else v}"
+                        for k, v in compute["nv_config"].items()]
+            done = run_tool(hdir, "mlxconfig", "-d", rail["pci_address"], "-y", "set", *settings)
+            assert done.rc == 0, done.out + done.err
+        hwstate.reboot_state(hdir)
     hw["fabric_manager_required"] = bool(hw["nvswitches"])
     host_state = state(hdir)
     host_state.load_module("nvidia", driver)
@@ -106,5 +123,20 @@ def day_two_host(path: Path, profile: str = "hgx-h100", driver: str = "570.172.0
         if pfc is not None:
             done = run_tool(hdir, "mlnx_qos", "-i", rail["netdev"], "--trust", "dscp", "--pfc", ",".join(map(str, pfc)))
             assert done.rc == 0, done.err
+        qos = (intent or {}).get("qos")
+        if qos:
+            flags = [int(p in qos["pfc_priorities"]) for p in range(8)]
+            done = run_tool(hdir, "mlnx_qos", "-i", rail["netdev"], "--trust", qos["trust"],
+                            "--pfc", ",".join(map(str, flags)))
+            assert done.rc == 0, done.err
+            net = hdir / "sys" / "class" / "net" / rail["netdev"]
+            for point, enabled in (("roce_np", qos["ecn_np_priorities"]), ("roce_rp", qos["ecn_rp_priorities"])):
+                for prio in range(8):
+                    (net / "ecn" / point / "enable" / str(prio)).write_text(f"{int(prio in enabled)}\n")
+            (net / "ecn" / "roce_np" / "cnp_dscp").write_text(f"{qos['cnp_dscp']}\n")
+            (net / "mtu").write_text(f"{qos['mtu']}\n")
+            tc = hdir / "sys" / "class" / "infiniband" / rail["rdma_device"] / "tc" / "1"
+            tc.mkdir(parents=True, exist_ok=True)
+            (tc / "traffic_class").write_text(f"{qos['roce_tos']}\n")
     hwstate.proc_table(hdir)
     return hdir, hw

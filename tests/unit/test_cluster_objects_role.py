@@ -18,7 +18,10 @@ import kubernetes
 import pytest
 import yaml
 from kubernetes.dynamic import DynamicClient
-from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
+from local_play import (
+    fabric,
+    free_port,  # tests/unit is on sys.path (rootdir-relative import mode)
+)
 from test_k8s_objects import discover  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.kapi.server import RunningServer
@@ -62,7 +65,7 @@ def play(tmp_path, srv, fleet_hw, *args, **extra):
         "dgx01": {"gpunode_hw": fleet_hw["dgx-h100"]}, "hgx01": {"gpunode_hw": fleet_hw["hgx-h100"]}}}},
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                  "cluster_objects_kubeconfig": srv.kubeconfig, "cluster_objects_sriov_rails_from_discovery": True,
-                 "cluster_objects_tenants": [{"namespace": "team-a"}], **extra}}}
+                 "cluster_objects_tenants": [{"namespace": "team-a"}], **fabric(), **extra}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(PLAY)
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import resolve_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -131,19 +132,28 @@ def test_execution_environment_definition(installed, tmp_path):
 
 
 def test_example_inventory_parses_clean_and_declares_every_fabric(installed):
-    """The shipped example inventory: no warnings, every GPU node has its fabric, transport and consent."""
+    """The shipped example inventory: no warnings, about 100 GPU nodes in three fabrics (InfiniBand DGX, RoCE HGX,
+    mixed RoCE), every one resolving to its fabric's intent, reboot consent off."""
     proc = _run([str(BIN / "ansible-inventory"), "-i", str(installed["root"] / "inventories" / "example"), "--list"],
                 installed["work"], installed["env"])
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
     inventory = json.loads(proc.stdout)
-    nodes = inventory["dgx_h100"]["hosts"] + inventory["hgx_h100"]["hosts"]
-    assert nodes and not [g for g in inventory if g.startswith("hook") or g in ("capi", "maas")]
+    hostvars = inventory["_meta"]["hostvars"]
+
+    def members(group):
+        return set(inventory[group].get("hosts", [])).union(*(members(g) for g in inventory[group].get("children", [])))
+
+    nodes = members("gpu_nodes")
+    assert len(nodes) == 100 and not [g for g in inventory if g.startswith("hook") or g in ("capi", "maas")]
+    intent = resolve_fleet({h: hostvars[h] for h in nodes})
+    fabrics = {name: f["transport"] for name, f in intent["fabrics"].items()}
+    assert fabrics == {"ib-dgx": "infiniband", "roce-hgx": "roce", "roce-mixed": "roce"}
+    mixed = {h for h, f in intent["hosts"].items() if f == "roce-mixed"}
+    assert mixed & members("dgx_h100") and mixed & members("hgx_h100")  # DGX and HGX in one fabric
+    assert intent["fabrics"]["roce-mixed"]["qos"]["mtu"] == 4200  # a fabric with its own profile
     for host in nodes:
-        hostvars = inventory["_meta"]["hostvars"][host]
-        assert hostvars["gpunode_fabric"] in ("ib1", "roce1"), host
-        assert hostvars["gpunode_fabric_transport"] in ("infiniband", "roce"), host
-        assert hostvars["gpunode_reboot_ok"] is True and hostvars["kubernetes_node_api_server"], host
+        assert hostvars[host]["gpunode_reboot_ok"] is False and hostvars[host]["kubernetes_node_api_server"], host
 
 
 def test_report_action_renders_from_the_installed_copy(installed, tmp_path):

@@ -22,6 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import resolve_fleet
+from local_play import fabric
 
 from gpunode.sim.profile import load_profile
 from gpunode.sim.sysfs import materialize
@@ -54,7 +56,8 @@ def discover(profile: str) -> dict:
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".cache" / "collections")}
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
                            str(REPO / "playbooks" / "discover.yml"), "-e",
-                           json.dumps({"discovery_sysfs_root": str(tree), "discovery_results_dir": str(tmp / "r")})],
+                           json.dumps({"discovery_sysfs_root": str(tree), "discovery_results_dir": str(tmp / "r"),
+                                       **fabric()})],
                           capture_output=True, text=True, env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hw = json.loads((tmp / "r" / "discovery.json").read_text())
@@ -227,6 +230,7 @@ def test_cluster_objects_inputs_take_capacity_from_the_host_read_when_facts_were
     from ansible_collections.mlplatform.gpunode.plugins.filter import k8s_objects as k8s_filter
 
     hw = next(iter(fleet_hw.values()))
+    intent = resolve_fleet({h: fabric() for h in ("gathered", "read", "neither")})
     hostvars = {
         # Facts gathered: they win (the setup module's processor_vcpus and memtotal_mb).
         "gathered": {"gpunode_hw": hw, "ansible_facts": {"processor_vcpus": 224, "memtotal_mb": 2063731},
@@ -235,6 +239,8 @@ def test_cluster_objects_inputs_take_capacity_from_the_host_read_when_facts_were
         "read": {"gpunode_hw": hw, "gpunode_host_state": {"capacity": {"cpu": 224, "memory_mib": 2063731}}},
         "neither": {"gpunode_hw": hw},
     }
+    for host in hostvars.values():
+        host["gpunode_intent"] = intent
     out = k8s_filter.cluster_objects_inputs(hostvars, list(hostvars))
     assert (out["gathered"]["cpu"], out["gathered"]["memory_mib"]) == (224, 2063731)
     assert (out["read"]["cpu"], out["read"]["memory_mib"]) == (224, 2063731)

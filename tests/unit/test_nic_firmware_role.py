@@ -11,9 +11,9 @@ from pathlib import Path
 
 import fake_mft
 import pytest
-from local_play import fabric
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import read_sysfs
+from local_play import fabric
 
 from gpunode.sim.profile import load_profile
 from gpunode.sim.sysfs import materialize

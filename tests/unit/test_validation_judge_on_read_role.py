@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import resolve_fleet
+from local_play import fabric
 from simhost import day_two_host, tool_bin  # tests/unit is on sys.path (rootdir-relative import mode)
 
 from gpunode.sim import hwstate
@@ -34,6 +36,11 @@ PLAY = """\
   gather_facts: false
   environment: "{{ sim_env }}"
   tasks:
+    - name: Resolve the fabric intent the validation judges against
+      mlplatform.gpunode.fabric_intent:
+      register: gpunode_intent
+      run_once: true
+
     - name: Read the host once
       mlplatform.gpunode.host_state:
         sysfs_root: "{{ tree }}/sys"
@@ -74,7 +81,9 @@ PLAY = """\
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     root = tmp_path_factory.mktemp("judge")
-    hdir, hw = day_two_host(root / "state", profile="pcie-h100-2rail", driver=DRIVER)
+    declared = fabric(link_speed_gbps=400, nics={"compute": {"adaptive_routing": True}})
+    intent = resolve_fleet({"jr1": declared})["fabrics"]["default"]
+    hdir, hw = day_two_host(root / "state", profile="pcie-h100-2rail", driver=DRIVER, intent=intent)
     HostState(hdir).load_module("nvidia_peermem", DRIVER)
     (hdir / "root").mkdir(exist_ok=True)
     results = root / "results"
@@ -88,7 +97,7 @@ def host(tmp_path_factory):
     host_vars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "tree": str(hdir),
                  "results": str(results), "hw": hw, "sim_env": sim_env, "between": [],
                  "validation_sysfs_root": str(hdir / "sys"), "validation_results_dir": str(results),
-                 "validation_driver_version": DRIVER, "validation_roce_accl": {"adaptive_routing_forced_en": 1}}
+                 "validation_driver_version": DRIVER, **declared}
     (root / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"jr1": host_vars}}}))
     (root / "play.yml").write_text(PLAY)
     return {"root": root, "dir": hdir, "hw": hw}
