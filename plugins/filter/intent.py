@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import intent as intent_utils
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import MANAGED_ROLES
 
 
@@ -34,8 +35,26 @@ def intent_by_role(fabric, key):
     return out
 
 
+def intent_devices(fabric, nics, concern, overrides=None, skipped=None):
+    """What the concern's module is asked for on this host's NICs, from the fabric's resolved intent."""
+    if not isinstance(fabric, dict) or not isinstance(fabric.get("nics"), dict):
+        raise AnsibleFilterError("intent_devices expects one fabric's resolved intent (host_intent)")
+    if not isinstance(nics, list):
+        raise AnsibleFilterError("intent_devices expects gpunode_hw['nics'] (a list of NICs) as its first argument")
+    skipped = list(skipped or [])
+    if concern == "nv_config":
+        return intent_utils.nv_config_devices(fabric, nics, overrides or {}, skipped)
+    if concern == "roce_accl":
+        return intent_utils.roce_accl_devices(fabric, nics, skipped)
+    if concern == "vfs":
+        return intent_utils.vf_pfs(fabric, nics)
+    if concern == "qos":
+        return intent_utils.qos_interfaces(fabric, nics)
+    raise AnsibleFilterError(f"intent_devices: concern must be nv_config, roce_accl, vfs or qos, got {concern!r}")
+
+
 class FilterModule:
     """The collection's fabric intent filters."""
 
     def filters(self):
-        return {"host_intent": host_intent, "intent_by_role": intent_by_role}
+        return {"host_intent": host_intent, "intent_by_role": intent_by_role, "intent_devices": intent_devices}

@@ -27,6 +27,7 @@ and the variable: the caller fails the run before any host is touched.
 
 from __future__ import annotations
 
+import json
 import re
 
 FABRIC_VAR = "gpunode_fabric"
@@ -362,6 +363,62 @@ def resolve_fabric(name, settings):
             "expect": expect, "health_expect": health}
 
 
+def nv_config_devices(fabric, nics, overrides=None, skipped=()):
+    """The NV config the ``mlxconfig`` module is asked for: ``[{"device", "settings"}]``, one entry for every NIC
+    (``gpunode_hw.nics``) whose role declares an NV config, with the host's per-device ``overrides`` (PCI address
+    -> {PARAM: value}, a null value drops a parameter) merged over it; NICs in ``skipped`` are left out."""
+    out = []
+    for nic in nics:
+        role = (fabric["nics"].get(nic.get("role")) or {}).get("nv_config")
+        if not role or nic["pci_address"] in skipped:
+            continue
+        wish = {**role, **((overrides or {}).get(nic["pci_address"]) or {})}
+        wish = {k: v for k, v in wish.items() if v is not None}
+        if wish:
+            out.append({"device": nic["pci_address"], "settings": wish})
+    return out
+
+
+def roce_accl_devices(fabric, nics, skipped=()):
+    """The ROCE_ACCL write the ``roce_accl`` module is asked for: ``[{"device", "fields":
+    {"adaptive_routing_forced_en": 0|1}}]`` for every NIC whose role's adaptive routing is managed."""
+    out = []
+    for nic in nics:
+        accl = (fabric["nics"].get(nic.get("role")) or {}).get("adaptive_routing")
+        if accl is not None and nic["pci_address"] not in skipped:
+            out.append({"device": nic["pci_address"], "fields": {"adaptive_routing_forced_en": int(accl)}})
+    return out
+
+
+def vf_pfs(fabric, nics):
+    """Every PF with SR-IOV whose role is configured, with its declared VF count: ``[{"pci_address", "num_vfs",
+    "netdev", "rdma_device", "role", "rail", "total"}]`` (``sriov_vfs`` takes address and count)."""
+    out = []
+    for nic in nics:
+        role = fabric["nics"].get(nic.get("role"))
+        if role is None or nic.get("sriov_totalvfs") is None:
+            continue
+        out.append({"pci_address": nic["pci_address"], "num_vfs": role["num_vfs"], "netdev": nic.get("netdev"),
+                    "rdma_device": nic.get("rdma_device"), "role": nic["role"], "rail": nic.get("rail"),
+                    "total": nic["sriov_totalvfs"]})
+    return out
+
+
+def qos_interfaces(fabric, nics):
+    """The QoS the ``roce_qos`` module is asked for, one entry per RoCE netdev (a NIC of the profile's roles, with a
+    netdev, on an Ethernet link): ``[{"netdev", "rdma_device", "trust", "pfc" (8 x 0/1), "ecn_np", "ecn_rp",
+    "cnp_dscp", "roce_tos", "mtu"}]``; none on InfiniBand."""
+    qos = fabric["qos"]
+    if not qos:
+        return []
+    pfc = [int(p in qos["pfc_priorities"]) for p in range(8)]
+    return [{"netdev": nic["netdev"], "rdma_device": nic.get("rdma_device"), "trust": qos["trust"], "pfc": pfc,
+             "ecn_np": sorted(qos["ecn_np_priorities"]), "ecn_rp": sorted(qos["ecn_rp_priorities"]),
+             "cnp_dscp": qos["cnp_dscp"], "roce_tos": qos["roce_tos"], "mtu": qos["mtu"]}
+            for nic in nics
+            if nic.get("role") in qos["nic_roles"] and nic.get("netdev") and nic.get("link_layer") == "Ethernet"]
+
+
 def declared_contract(fabric, normalize):
     """The fleet contract's settings (module_utils.contract) as one fabric's resolved intent declares them for the
     compute rails: ``{setting: value}`` in the contract entries' spelling. ``normalize(param, value)`` is
@@ -445,8 +502,7 @@ def _doc_rows(prefix, keys, rows):
             rows.append((path, "mapping", "", spec["description"]))
             _doc_rows(path, spec["keys"], rows)
             continue
-        default = "required" if spec.get("required") else repr(spec.get("default")).replace("None", "null")
-        default = default.replace("True", "true").replace("False", "false")
+        default = "required" if spec.get("required") else json.dumps(spec.get("default"))
         if "choices" in spec:
             kind = " \\| ".join(str(c) for c in spec["choices"])
         elif "min" in spec:
@@ -463,7 +519,7 @@ def variables_markdown():
     _doc_rows(SETTINGS_VAR, SCHEMA, rows)
     lines = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
     for path, kind, default, text in rows:
-        shown = default if default == "required" else "`" + default + "`"
+        shown = default if default in ("required", "") else "`" + default + "`"
         text = re.sub(r"[CV]\(([^)]*)\)", r"`\1`", text)
         lines.append(f"| `{path}` | {kind} | {shown} | {text} |")
     return "\n".join(lines) + "\n"

@@ -138,5 +138,7 @@ def day_two_host(path: Path, profile: str = "hgx-h100", driver: str = "570.172.0
             tc = hdir / "sys" / "class" / "infiniband" / rail["rdma_device"] / "tc" / "1"
             tc.mkdir(parents=True, exist_ok=True)
             (tc / "traffic_class").write_text(f"{qos['roce_tos']}\n")
+            done = run_tool(hdir, "cma_roce_tos", "-d", rail["rdma_device"], "-t", str(qos["roce_tos"]))
+            assert done.rc == 0, done.out + done.err
     hwstate.proc_table(hdir)
     return hdir, hw
