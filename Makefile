@@ -140,6 +140,7 @@ bench: deps ## benchmarks; writes BENCHMARKS.md
 	python bench/bench_discovery.py --output BENCHMARKS.md
 	python bench/bench_hook.py --output BENCHMARKS.md
 	python bench/bench_fleet.py --output BENCHMARKS.md
+	python bench/bench_intent.py --output BENCHMARKS.md
 	python bench/bench_site.py --output BENCHMARKS.md
 
 clean: ## remove the venv, caches and simulated hosts

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from local_play import run_play
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import resolve_fleet
+from local_play import fabric, run_play
 from simhost import day_two_host, state, tool_bin
 
 from gpunode.sim import hwstate
@@ -29,10 +30,11 @@ PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("npd")
     bindir = tool_bin(root / "bin", TOOLS)
-    hdir, hw = day_two_host(root / "host", "hgx-h100")
+    declared = fabric(link_speed_gbps=400, nics={"compute": {"adaptive_routing": True, "num_vfs": 8}})
+    hdir, hw = day_two_host(root / "host", "hgx-h100",
+                            intent=resolve_fleet({"npd1": declared})["fabrics"]["default"])
     host_vars = {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpunode_hw": hw,
-        "sriov_compute_num_vfs": 8,
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpunode_hw": hw, **declared,
         "node_problem_detector_plugin_dir": str(root / "plugin"),
         "node_problem_detector_config_dir": str(root / "npd"),
         "node_problem_detector_settings_file": str(root / "etc" / "npd-health.json"),
@@ -40,7 +42,6 @@ def installed(tmp_path_factory):
         "node_problem_detector_proc_root": str(hdir / "run" / "proc"),
         "node_problem_detector_tool_path": f"{bindir}:/usr/bin:/bin",
         "node_problem_detector_python": sys.executable,
-        "node_problem_detector_roce_accl": {"adaptive_routing_forced_en": 1},
     }
     play = ("- hosts: npd1\n  gather_facts: false\n  roles:\n    - role: mlplatform.gpunode.node_problem_detector\n")
     proc = run_play(root, {"all": {"hosts": {"npd1": host_vars}}}, play)
@@ -89,7 +90,10 @@ def test_schema_accepts_npd_shipped_configs_and_rejects_mistakes(real_outputs):
 
 def test_settings_carry_discovery_and_declared_values(installed):
     settings = json.loads((installed["root"] / "etc" / "npd-health.json").read_text())
-    assert settings["expect"] == {"num_vfs": 8, "roce_accl": {"adaptive_routing_forced_en": 1}}
+    # The fabric's declaration, as node_health takes it (the same the revalidation judges against).
+    assert settings["expect"] == {"link_speed_gbps": 400, "num_vfs": 8, "roce_accl": {"adaptive_routing_forced_en": 1},
+                                  "qos": {"trust": "dscp", "pfc_priorities": [3], "ecn_np": [3], "ecn_rp": [3],
+                                          "cnp_dscp": 48, "roce_tos": 106, "mtu": 9000}}
     assert [g["pci_address"] for g in settings["hw"]["gpus"]] == [g["pci_address"] for g in installed["hw"]["gpus"]]
     assert settings["hw"]["fabric_manager_required"] is True and len(settings["hw"]["rails"]) == 8
     module_utils = installed["root"] / "plugin" / "lib" / "ansible_collections" / "mlplatform" / "gpunode" / "plugins"
