@@ -78,7 +78,8 @@ fabrics:
     - C(qos) (null on InfiniBand) with C(lossless), C(trust), C(pfc_priorities), C(ecn_np_priorities),
       C(ecn_rp_priorities), C(cnp_dscp), C(cnp_priority), C(roce_tos), C(mtu), C(nic_roles).
     - C(expect), the compute rails' declared values in the shape the read-back checks take
-      (M(mlplatform.gpunode.node_validation) and M(mlplatform.gpunode.node_health) O(expect)).
+      (O(mlplatform.gpunode.node_validation#module:expect)), and C(health_expect), its rail-drift part
+      (O(mlplatform.gpunode.node_health#module:expect)).
   returned: success
   type: dict
   sample:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from local_play import fabric
 
 sim_profile = pytest.importorskip("gpunode.sim.profile")
 sim_sysfs = pytest.importorskip("gpunode.sim.sysfs")
@@ -50,37 +51,14 @@ CASES = [
     ("gpu_driver-fm-version", "gpu_driver", ["preflight"],
      {"gpu_driver_fabricmanager_version": "570.124.06", "gpu_driver_peermem": False}, "contradiction",
      "gpu_driver_fabricmanager_version=570.124.06 differs from gpu_driver_version=570.172.08"),
-    ("nic_firmware-transport", "nic_firmware", ["set_vars", "preflight"], {"nic_firmware_transport": "ethernet"},
-     "choices", "expected nic_firmware_transport roce|infiniband (got ethernet)"),
-    ("nic_firmware-role-key", "nic_firmware", ["set_vars", "preflight"],
-     {"nic_firmware_settings": {"compte": {"NUM_OF_VFS": 8}}}, "unknown key",
-     "nic_firmware_settings has compte, which is not a NIC role"),
-    ("nic_firmware-override-pci", "nic_firmware", ["set_vars", "preflight"],
+    ("nic_firmware-override-pci", "nic_firmware", ["preflight"],
      {"nic_firmware_device_overrides": {"0000:99:00.0": {"NUM_OF_VFS": 4}}}, "missing path",
      "nic_firmware_device_overrides names 0000:99:00.0, which is not a Mellanox/NVIDIA NIC function"),
-    ("sriov-negative", "sriov", SRIOV, {"sriov_compute_num_vfs": -1}, "out of range",
-     "sriov_compute_num_vfs (-1)"),
-    ("sriov-over-firmware", "sriov", SRIOV, {"sriov_compute_num_vfs": 64}, "out of range",
-     "sriov_compute_num_vfs=64 is more than sriov_totalvfs"),
-    ("roce_qos-cnp-range", "roce_qos", ["set_vars", "preflight"], {"roce_qos_cnp_dscp": 64}, "out of range",
-     "roce_qos_cnp_dscp 0..63"),
-    ("roce_qos-mtu-range", "roce_qos", ["set_vars", "preflight"], {"roce_qos_mtu": 100}, "out of range",
-     "roce_qos_mtu 1280..9978"),
-    ("roce_qos-trust-choice", "roce_qos", ["set_vars", "preflight"], {"roce_qos_trust": "both"}, "choices",
-     "trust pcp|dscp"),
-    ("roce_qos-priority-range", "roce_qos", ["set_vars", "preflight"], {"roce_qos_pfc_priorities": [3, 8]},
-     "out of range", "lists of priorities 0..7"),
-    ("roce_qos-ecn-without-pfc", "roce_qos", ["set_vars", "preflight"], {"roce_qos_ecn_np_priorities": [3, 4]},
-     "contradiction", "ECN is enabled on priorities [4]"),
-    ("roce_qos-cnp-equals-data", "roce_qos", ["set_vars", "preflight"], {"roce_qos_cnp_dscp": 26}, "contradiction",
-     "roce_qos_cnp_dscp 26 equals the data DSCP of roce_qos_tos 106"),
-    ("roce_qos-tos-not-lossless", "roce_qos", ["set_vars", "preflight"], {"roce_qos_tos": 40}, "contradiction",
-     "roce_qos_tos 40 is DSCP 10"),
-    ("roce_qos-profile-fabric", "roce_qos", ["set_vars", "preflight"], {"roce_qos_profiles": {"fabirc-a": {}}},
-     "unknown key", "roce_qos_profiles has fabirc-a, which is not the fabric"),
-    ("roce_qos-profile-key", "roce_qos", ["set_vars", "preflight"],
-     {"gpunode_fabric": "fab1", "roce_qos_profiles": {"fab1": {"pfc": [3]}}}, "unknown key",
-     "invalid RoCE QoS profile for fabric fab1"),
+    ("nic_firmware-override-shape", "nic_firmware", ["preflight"],
+     {"nic_firmware_device_overrides": {"0000:18:00.0": 4}}, "out of range",
+     "expected nic_firmware_device_overrides as {pci_address: {PARAM: value}}"),
+    ("sriov-over-firmware", "sriov", SRIOV, {"gpunode_hw": "{{ sweep_hw_totalvfs_4 }}"}, "out of range",
+     "gpunode_fabric_settings.nics.compute.num_vfs=8 (fabric sweep) is more than sriov_totalvfs 4"),
     ("cluster_objects-mode", "cluster_objects", ["main"], {"cluster_objects_mode": "dry-run"}, "choices",
      "value of cluster_objects_mode must be one of: apply, render, got: dry-run"),
     ("cluster_objects-rail-cidr", "cluster_objects", ["build"],
@@ -134,8 +112,11 @@ def swept(tmp_path_factory):
     results = tmp / "results"
     results.mkdir()
     out = tmp / "sweep.json"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpunode_hw": _dgx_hw(),
-            **{var: str(results / var) for var in RESULTS_DIRS}}
+    hw = _dgx_hw()
+    # The fabric's declaration (its own checks: tests/unit/test_fabric_intent.py); a board whose firmware allows 4 VFs.
+    low = {**hw, "nics": [{**nic, "sriov_totalvfs": 4} for nic in hw["nics"]]}
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "gpunode_hw": hw,
+            "sweep_hw_totalvfs_4": low, **fabric("sweep"), **{var: str(results / var) for var in RESULTS_DIRS}}
     (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {HOST: host}}}}}))
     tasks = [{"name": "Start the record", "ansible.builtin.set_fact": {"sweep": {}}}]
     tasks += [_block(name, role, files, variables) for name, role, files, variables, _kind, _needle in CASES]
@@ -163,7 +144,7 @@ def test_role_bad_input_is_a_clear_error(swept, name, kind, needle):
     assert needle in msg, msg
     # run_once checks speak of the play, not a host; Ansible's own argument validation at role start is
     # printed under ``fatal: [host]``
-    fleet_level = ("roce_qos_profiles has", "cluster_objects_")
+    fleet_level = ("cluster_objects_",)
     assert HOST in msg or any(m in msg for m in fleet_level) or msg.startswith("Validation of arguments failed"), msg
 
 
