@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from gpunode.hook.config import HookConfig
+from gpunode.hook.requests import host_name
 from gpunode.hook.store import Store
 
 log = logging.getLogger("gpunode.hook")
@@ -62,7 +63,8 @@ def run_spec(config: HookConfig, run: dict, store: Store | None = None) -> dict:
     names = {}
     for host in run["hosts"]:
         row = store.host(host) if store is not None and config.limit_by == "fqdn" else None
-        names[host] = (row or {}).get("fqdn") or host
+        # The same validation as every entry point's: only a host name reaches --limit.
+        names[host] = host_name((row or {}).get("fqdn") or host, "inventory name")
     return {
         "run_id": run["id"],
         "hosts": run["hosts"],
