@@ -35,11 +35,12 @@ GRACE = 30.0
 
 
 def run_environment(config: HookConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a run: the allowlisted part of the service's, without the secret's variable."""
+    """The environment of a run: the allowlisted part of the service's, without the secrets' variables."""
     environ = dict(os.environ if environ is None else environ)
+    secrets = (config.secret_env, config.operator_secret_env)
     env = {
         k: v for k, v in environ.items()
-        if k != config.secret_env and (k in ENV_ALLOW or any(k.startswith(p) for p in ENV_ALLOW if p.endswith("_")))
+        if k not in secrets and (k in ENV_ALLOW or any(k.startswith(p) for p in ENV_ALLOW if p.endswith("_")))
     }
     # ansible-playbook is installed beside the Python running the hook (a venv's bin/).
     bindir = str(Path(sys.executable).parent)
@@ -90,7 +91,7 @@ def refresh_inventory(config: HookConfig) -> None:
     """Run ``inventory_refresh_command`` (with the service's environment); raise when it fails."""
     if not config.inventory_refresh_command:
         return
-    env = {k: v for k, v in os.environ.items() if k != config.secret_env}
+    env = {k: v for k, v in os.environ.items() if k not in (config.secret_env, config.operator_secret_env)}
     proc = subprocess.run(list(config.inventory_refresh_command), env=env, cwd=Path(config.project_dir),
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
