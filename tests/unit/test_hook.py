@@ -6,7 +6,6 @@ the end-to-end test with real cloud-init on a simulated host is tests/e2e/test_h
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -37,7 +36,8 @@ SECRET = "site-secret-0123456789abcdef"  # noqa: S105 - a test secret the scans 
 RUN_TOKEN = "join-token-fedcba9876543210"  # noqa: S105 - a test token the scans look for
 # Real host keys, as ssh-keygen writes them (``<type> <base64 blob>``), made from fixed private values.
 def _openssh(private) -> str:
-    return private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    public = private.public_key()
+    return public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
 
 
 ED25519 = _openssh(ed25519.Ed25519PrivateKey.from_private_bytes(bytes(range(32))))

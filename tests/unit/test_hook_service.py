@@ -23,7 +23,17 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from test_hook import ED25519, ED25519_OTHER, SECRET, free_port, known_lines, phone_home_form, scan_for_secrets, signed, site
+from test_hook import (
+    ED25519,
+    ED25519_OTHER,
+    SECRET,
+    free_port,
+    known_lines,
+    phone_home_form,
+    scan_for_secrets,
+    signed,
+    site,
+)
 from testca import make_ca
 
 from gpunode import cli
