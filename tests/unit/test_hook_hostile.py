@@ -40,7 +40,9 @@ from test_hook_service import service
 
 from gpunode import cli
 from gpunode.hook import requests as hreq
+from gpunode.hook.revalidate import select_hosts
 from gpunode.hook.store import Store
+from gpunode.hook.worker import Worker
 
 __all__ = ["service", "site"]  # the fixtures, shared with test_hook and test_hook_service
 
@@ -305,6 +307,20 @@ def test_cli_run_refuses_what_the_api_refuses_and_records_nothing(site, name, ca
     assert "is not a valid host name" in err and err.startswith("gpunode: error: --host: ")
     assert not (state / "hook.db").exists() and not (state / "results").exists()
     assert not Path("a").exists() and not Path("x").exists()
+
+
+def test_a_recorded_name_that_is_not_a_host_name_never_reaches_a_run(site):
+    config = make_config(site, max_attempts=1)
+    store = Store(config.db_path)
+    for name in ("a;touch x", "node-a"):  # as a database written before names were checked might hold
+        store.record_request(source="api", host=name, instance_id=None, fqdn=None, host_keys={}, peer=None)
+    run = Worker(config, store).run_once(only=["a;touch x"])
+    assert run["result"]["status"] == "error"
+    assert run["result"]["error"] == "RequestError: inventory name: 'a;touch x' is not a valid host name"
+    assert store.host("a;touch x")["state"] == "failed"  # not left running
+    assert not (config.artifacts_dir / f"run-{run['id']}").exists() and list(config.results_dir.glob("*")) == []
+    # A scheduled revalidation of the whole inventory excludes the hosts being provisioned by name: not this one.
+    assert select_hosts(store, "inventory") == (None, ["node-a"])
 
 
 def test_cli_names_are_canonical_like_the_apis():

@@ -197,8 +197,9 @@ class Worker:
         if run is None:
             return None
         log.info("run %d: starting for %s", run["id"], ", ".join(run["hosts"]))
-        spec = run_spec(self.config, run, self.store)
+        spec = None
         try:
+            spec = run_spec(self.config, run, self.store)  # refuses a recorded name that is not a host name
             refresh_inventory(self.config)
             result = execute(self.config, spec, self.stop)
         except Exception as exc:  # the hosts must leave `running` whatever happened
@@ -207,7 +208,8 @@ class Worker:
                       "hosts": {h: {"ok_overall": False, "stage": None} for h in run["hosts"]}}
         state = run_state(result)
         host_ok = {h: bool(result["hosts"].get(h, {}).get("ok_overall")) for h in run["hosts"]}
-        states = self.store.finish_run(run["id"], state=state, result=result, result_path=spec["result_path"],
+        states = self.store.finish_run(run["id"], state=state, result=result,
+                                       result_path=spec["result_path"] if spec else None,
                                        host_ok=host_ok, max_attempts=self.config.max_attempts,
                                        retry_delay=self.config.retry_delay)
         log.info("run %d: %s (%s)", run["id"], state, ", ".join(f"{h}={s}" for h, s in states.items()))
