@@ -838,8 +838,8 @@ def md_rail_maps(hosts: list[dict]) -> str:
                    "|---|---|---|---|---|---|---|---|---|\n")
         for r in h["rails"]:
             reasons = f": {_md('; '.join(str(x) for x in r['reasons']))}" if r["reasons"] else ""
-            cells = [_md(vt(r[k])) for k in ("rail", "gpu", "nic", "model", "netdev", "rdma_device", "link_layer",
-                                                "speed_gbps", "distance")]
+            keys = ("rail", "gpu", "nic", "model", "netdev", "rdma_device", "link_layer", "speed_gbps", "distance")
+            cells = [_md(vt(r[k])) for k in keys]
             out.append(f"| {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[4]} | {cells[5]} | {cells[6]} "
                        f"{cells[7]}G | {cells[8]} | {_md(r['status'])}{reasons} |\n")
     return MdText("".join(out))
