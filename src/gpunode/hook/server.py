@@ -7,7 +7,8 @@ connections that send half a request and wait make every other request get 503. 
 uvicorn and h11 and adds, on uvicorn's own protocol class (``uvicorn.Config(http=...)``):
 
 - ``header_timeout``: a client that has not sent a request's complete headers this many seconds
-  after connecting (or after the previous answer) gets 408 and is disconnected;
+  after connecting (or after the previous answer, once it started the next request) gets 408 and
+  is disconnected; a kept-alive connection on which no next request starts is closed without one;
 - ``body_timeout``: the app answers 408 when a body takes longer (``app._body``); the connection is
   closed if the client still sends after that;
 - ``max_connections_per_peer`` (429) and ``max_connections`` (503): a connection beyond them is
@@ -66,6 +67,7 @@ class GuardedH11Protocol(H11Protocol):
         self.limit_concurrency = None  # requests are counted by RequestLimit, idle connections are not
         self._timer = None
         self._phase: str | None = None
+        self._answered = 0  # requests answered on this connection
 
     # -- deadlines ---------------------------------------------------------------------------
 
@@ -83,7 +85,9 @@ class GuardedH11Protocol(H11Protocol):
         self._timer, self._phase = None, None
         if self.transport.is_closing():
             return
-        if phase == "headers":
+        if phase == "headers" and self._answered and not self.conn.trailing_data[0]:  # no byte of a next request
+            self._drop(None)  # as a keep-alive timeout: no answer a client could take for its next request's
+        elif phase == "headers":
             self._refuse(408, f"request headers: not received within header_timeout ({self.limits.header_timeout:g} s)")
         else:  # the app has answered 408 (or earlier); the client is still sending
             self._drop(f"request body: still arriving {self.limits.body_timeout + BODY_GRACE:g} s after the headers")
@@ -114,8 +118,9 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.write(_answer(status, reason))
         self.transport.close()
 
-    def _drop(self, reason: str) -> None:
-        log.info("- - closed %s (%s)", self._peer(), reason)
+    def _drop(self, reason: str | None) -> None:
+        if reason:
+            log.info("- - closed %s (%s)", self._peer(), reason)
         self._disarm()
         self.transport.close()
 
@@ -153,6 +158,7 @@ class GuardedH11Protocol(H11Protocol):
         self._track()
 
     def on_response_complete(self) -> None:
+        self._answered += 1
         super().on_response_complete()
         self._track()
 
