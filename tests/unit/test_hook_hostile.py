@@ -300,6 +300,25 @@ def test_a_removed_or_full_database_refuses_new_work_with_503_saying_why(site, c
         assert [r[0] for r in db.execute("SELECT host FROM requests ORDER BY id")] == accepted
 
 
+def test_the_service_says_once_why_it_stopped_taking_work(site, service):
+    svc = service().start()
+    url = f"{svc.base}/v1/phone-home?token={SECRET}"
+    assert httpx.post(url, data=phone_home_form("node-a", "i-a")).status_code == 202
+    svc.config.db_path.unlink()
+    for _ in range(3):
+        resp = httpx.post(url, data=phone_home_form("node-b", "i-b"))
+        assert resp.status_code == 503 and "removed while the service ran" in resp.json()["error"]
+    for _ in range(300):  # the worker looks for due hosts every second, once node-a's run (if it began) is over
+        if "worker: no run started" in svc.log.read_text():
+            break
+        time.sleep(0.1)
+    time.sleep(1.5)  # ... and does not say it again
+    svc.stop()
+    log = svc.log.read_text()
+    assert log.count("refusing new work: state database") == 3
+    assert log.count("worker: no run started: state database") == 1 and "Traceback" not in log
+
+
 # -- the CLI ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["../../etc", "a;touch x", "node 1", "-node", "x" * 300])

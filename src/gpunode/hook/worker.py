@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gpunode.hook.config import HookConfig
 from gpunode.hook.requests import host_name
-from gpunode.hook.store import Store
+from gpunode.hook.store import Store, StoreUnavailable
 
 log = logging.getLogger("gpunode.hook")
 
@@ -218,10 +218,18 @@ class Worker:
         return self.store.run(run["id"])
 
     def _loop(self) -> None:
+        unavailable = None
         while not self.stop.is_set():
             try:
                 if self.run_once() is not None:
                     continue
+                unavailable = None
+            except StoreUnavailable as exc:  # logged once, not every second: the requests' 503s say it too
+                if str(exc) != unavailable:
+                    log.error("worker: no run started: %s", exc)
+                unavailable = str(exc)
+                self.stop.wait(5.0)
+                continue
             except Exception:  # a broken run must not kill the worker; the hosts stay recorded
                 log.exception("worker: run failed")
             due = self.store.next_due(time.time(), self.config.batch_window)
