@@ -7,8 +7,11 @@ verified against the body, and a request nonce is used at most once (``Store.use
 is validated, optionally cross-checked against MAAS, checked against the host's identity bound at
 first contact, and committed to SQLite before the 202 answer. A request that would change another
 machine's identity gets 409 and is recorded as ``refused``; other refusals are 4xx with a JSON
-``{"error": <reason>}`` and record nothing. The access log names method, path (never the query
-string, which may carry a phone_home token or signature), status and peer.
+``{"error": <reason>}`` and record nothing. Forcing a re-run, ``X-Gpunode-Source: operator`` and
+changing a bound host's FQDN need the operator credential (403/409 otherwise). A database that
+cannot take new work (removed, replaced, a full disk) gives 503 naming why. Time limits on headers
+and bodies and the connection limits are in ``server.py``. The access log names method, path
+(never the query string, which may carry a phone_home token or signature), status and peer.
 """
 
 from __future__ import annotations
