@@ -38,10 +38,15 @@ import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "src")]
+
+from gpunode.hook.config import HookConfig  # noqa: E402 after sys.path setup
+
 PORT = 18086
 SECRET = "bench-hook-secret-7c41e09d2b"  # noqa: S105 - a throwaway secret for the benchmark
 START, END = "<!-- bench:hook -->", "<!-- /bench:hook -->"
 IDLE_START, IDLE_END = "<!-- bench:hook-idle -->", "<!-- /bench:hook-idle -->"
+LIMITS = ("header_timeout", "max_connections_per_peer", "max_connections", "max_concurrent_requests")
 PLAYBOOK = """\
 - name: Trivial pipeline
   hosts: all
@@ -206,11 +211,12 @@ class IdleHolder:
 def idle(idle_count: int, posts: int, work: Path, limit: float = 300.0) -> dict:
     """Authenticated posts while ``idle_count`` idle unauthenticated connections are held open."""
     names = [f"node-{i:03d}" for i in range(20)]
-    header_timeout = 10.0
+    defaults = HookConfig()  # the service runs with the default limits, named in the section
     proc, log = start_service(work, names, batch_window=2.0)
     base = f"http://127.0.0.1:{PORT}"
     deadline = time.monotonic() + limit
-    holder = IdleHolder(idle_count, 8, deadline)
+    per_address = min(8, defaults.max_connections_per_peer)  # every idle connection is held, none refused
+    holder = IdleHolder(idle_count, per_address, deadline)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     held: list[int] = []
@@ -238,11 +244,12 @@ def idle(idle_count: int, posts: int, work: Path, limit: float = 300.0) -> dict:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         log.close()
-    return {"idle": idle_count, "addresses": len(set(holder.slots)), "posts": len(latencies), "took": took,
+    return {"idle": idle_count, "addresses": len(set(holder.slots)), "per_address": per_address,
+            "posts": len(latencies), "took": took,
             "p50": percentile(latencies, 50), "p99": percentile(latencies, 99), "max": max(latencies),
             "statuses": statuses, "held_min": min(held), "held_median": percentile([float(h) for h in held], 50),
             "opened": holder.opened, "closed_by_service": holder.closed_by_service, "answers": holder.answers,
-            "header_timeout": header_timeout}
+            "limits": {k: getattr(defaults, k) for k in LIMITS}}
 
 
 def idle_section(r: dict) -> str:
@@ -253,11 +260,12 @@ def idle_section(r: dict) -> str:
         "",
         f"Measured by `bench/bench_hook.py --scenario idle` on one machine ({platform.machine()}, {os.cpu_count()} "
         f"cores, Python {platform.python_version()}): {r['idle']} unauthenticated connections that send a request "
-        f"line and one header and then wait, held open from {r['addresses']} loopback addresses (8 each) and "
+        f"line and one header and then wait, held open from {r['addresses']} loopback addresses "
+        f"({r['per_address']} each) and "
         "re-opened whenever the service closes one, while one authenticated client sends "
         f"{r['posts']} phone_home posts one after another, each on a fresh connection, against `gpunode hook serve` "
-        f"with its default limits (`header_timeout: {r['header_timeout']:g}`, `max_connections_per_peer: 16`, "
-        "`max_connections: 512`, `max_concurrent_requests: 64`). Latency is send → 202.",
+        "with its default limits (" + ", ".join(f"`{k}: {v:g}`" for k, v in r["limits"].items())
+        + "). Latency is send → 202.",
         "",
         "| idle connections | held during the posts (min / median) | authenticated posts | answered 202 "
         "| p50 | p99 | max | idle connections closed by the service (answers) |",
