@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import history_db
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import md_code, md_escape
 
 EVENTS = 50
 POINTS = 20
@@ -153,7 +154,7 @@ def html_section(day_two):
 
 
 def _md(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return md_escape(text)
 
 
 def _trend_text(trend):
@@ -167,7 +168,7 @@ def md_section(day_two):
     out = ["## Day two: revalidation and remediation", "", "### Rails below their own history", ""]
     if day_two["rails"]:
         out += ["| Host | Rail | Last runs (Gb/s) | Finding |", "|---|---|---|---|"]
-        out += [f"| {_md(r['host'])} | {r['rail']} | {_trend_text(r['trend'])} | {_md(r['line'])} |"
+        out += [f"| {_md(r['host'])} | {_md(r['rail'])} | {_md(_trend_text(r['trend']))} | {_md(r['line'])} |"
                 for r in day_two["rails"]]
     else:
         out.append("Every rail's latest result is at its baseline and line rate.")
@@ -175,14 +176,14 @@ def md_section(day_two):
     away = [s for s in day_two["states"] if s["state"] != "in_service"]
     if away:
         out += ["| Host | Fabric | State | Attempts | Since | Reason |", "|---|---|---|---|---|---|"]
-        out += [f"| {_md(s['host'])} | {_md(s['fabric'])} | {s['state']} | {s['attempts']} | {s['when']} | "
-                f"{_md(s['reason'])} |" for s in away]
+        out += [f"| {_md(s['host'])} | {_md(s['fabric'])} | {_md(s['state'])} | {_md(s['attempts'])} | "
+                f"{_md(s['when'])} | {_md(s['reason'])} |" for s in away]
     else:
         out.append("None.")
     out += ["", "### Events", ""]
     if day_two["events"]:
         out += ["| Time | Run | Host | Step | Detail |", "|---|---|---|---|---|"]
-        out += [f"| {e['when']} | `{_md(e['run'])}` | {_md(e['host'])} | {e['step']} | {_md(e['detail'])} |"
+        out += [f"| {_md(e['when'])} | {md_code(e['run'])} | {_md(e['host'])} | {_md(e['step'])} | {_md(e['detail'])} |"
                 for e in day_two["events"]]
     else:
         out.append("No remediation event recorded.")

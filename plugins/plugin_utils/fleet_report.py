@@ -751,17 +751,58 @@ def html_host_details(hosts: list[dict]) -> str:
     return "".join(out).removesuffix("\n")  # the template ends the line
 
 
-def _md(text) -> str:
-    return str(text).replace("|", "\\|")
+class MdText(str):
+    """Markdown that is already escaped (``md_escape``) or built from escaped parts: written as it is."""
+
+    __slots__ = ()
+
+
+_MD_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+#: Characters that start Markdown markup anywhere in a line (emphasis, code, links, tables, strike-through).
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~!])")
+#: ``_`` starts emphasis only where it is not inside a word.
+_MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def md_escape(value) -> MdText:
+    """A value written into report.md as text: no raw HTML (``& < >`` as entities), no Markdown markup
+    (emphasis, code, links, images, table cells; bare ``scheme://`` and ``www.`` links broken up), on one line."""
+    if isinstance(value, MdText):
+        return value
+    text = _MD_CONTROL.sub(" ", str(value))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = _MD_UNDERSCORE.sub(r"\\_", text)
+    text = text.replace("://", "\\://")
+    text = re.sub(r"(?i)\b(www)\.", r"\1\\.", text)
+    return MdText(text)
+
+
+def md_code(value) -> MdText:
+    """A value as a Markdown code span, whatever backticks it holds (a longer fence), on one line."""
+    text = _MD_CONTROL.sub(" ", str(value))
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return MdText(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def _md_finalize(value):
+    """report.md's finalize: every value a template writes is escaped unless it is MdText already."""
+    return value if isinstance(value, MdText) else md_escape("" if value is None else value)
+
+
+_md = md_escape
 
 
 def md_host_rows(hosts: list[dict]) -> str:
     """The Markdown hosts table's rows."""
-    return "".join(
-        f"| {h['name']} | {h['fabric']} | {_md(h['platform'])} | {_md(h['reboot'])} | {h['validation']['status']} | "
-        f"{h['validation']['failed_checks']}/{h['validation']['checks']} | "
-        f"{_md('; '.join(str(f) for f in h['validation']['failures']))} | {h['drift']} |\n" for h in hosts
-    ).removesuffix("\n")  # the template ends the line
+    return MdText("".join(
+        f"| {_md(h['name'])} | {_md(h['fabric'])} | {_md(h['platform'])} | {_md(h['reboot'])} | "
+        f"{_md(h['validation']['status'])} | "
+        f"{_md(h['validation']['failed_checks'])}/{_md(h['validation']['checks'])} | "
+        f"{_md('; '.join(str(f) for f in h['validation']['failures']))} | {_md(h['drift'])} |\n" for h in hosts
+    ).removesuffix("\n"))  # the template ends the line
 
 
 def md_bandwidth_rows(bandwidth: dict) -> str:
@@ -775,11 +816,11 @@ def md_bandwidth_rows(bandwidth: dict) -> str:
             if c is None:
                 cells.append(" |")
             elif c.get("status") == "fail":
-                cells.append(f" **{vt(c.get('gbps'))} ({c.get('failed_side') or 'failed'})** |")
+                cells.append(f" **{_md(vt(c.get('gbps')))} ({_md(c.get('failed_side') or 'failed')})** |")
             else:
-                cells.append(f" {vt(c.get('gbps'))} |")
-        out.append(f"| {row['client']} | {row['server']} |{''.join(cells)}\n")
-    return "".join(out).removesuffix("\n")  # the template ends the line
+                cells.append(f" {_md(vt(c.get('gbps')))} |")
+        out.append(f"| {_md(row['client'])} | {_md(row['server'])} |{''.join(cells)}\n")
+    return MdText("".join(out).removesuffix("\n"))  # the template ends the line
 
 
 def md_rail_maps(hosts: list[dict]) -> str:
@@ -788,8 +829,8 @@ def md_rail_maps(hosts: list[dict]) -> str:
     out = []
     for h in hosts:
         rails_with_nic = sum(1 for r in h["rails"] if r.get("nic"))
-        out.append(f"\n### {h['name']}: {h['platform']} ({h['gpus']} GPUs, {rails_with_nic} rails, "
-                   f"{h['nvswitches']} NVSwitches)\n\n")
+        out.append(f"\n### {_md(h['name'])}: {_md(h['platform'])} ({_md(h['gpus'])} GPUs, {rails_with_nic} rails, "
+                   f"{_md(h['nvswitches'])} NVSwitches)\n\n")
         if not h["rails"]:
             out.append("No discovery result.\n")
             continue
@@ -797,10 +838,11 @@ def md_rail_maps(hosts: list[dict]) -> str:
                    "|---|---|---|---|---|---|---|---|---|\n")
         for r in h["rails"]:
             reasons = f": {_md('; '.join(str(x) for x in r['reasons']))}" if r["reasons"] else ""
-            out.append(f"| {vt(r['rail'])} | {r['gpu']} | {vt(r['nic'])} | {vt(r['model'])} | {vt(r['netdev'])} | "
-                       f"{vt(r['rdma_device'])} | {vt(r['link_layer'])} {vt(r['speed_gbps'])}G | {vt(r['distance'])} | "
-                       f"{r['status']}{reasons} |\n")
-    return "".join(out)
+            keys = ("rail", "gpu", "nic", "model", "netdev", "rdma_device", "link_layer", "speed_gbps", "distance")
+            cells = [_md(vt(r[k])) for k in keys]
+            out.append(f"| {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[4]} | {cells[5]} | {cells[6]} "
+                       f"{cells[7]}G | {cells[8]} | {_md(r['status'])}{reasons} |\n")
+    return MdText("".join(out))
 
 
 def _section(name):
@@ -816,17 +858,20 @@ def _section_renderer(module, function):
         if not part:
             return ""
         text = getattr(_section(module), function)(part)
-        return markupsafe.Markup(text) if function == "html_section" else text  # noqa: S704 - escaped there
+        # escaped there (html.escape, md_escape)
+        return markupsafe.Markup(text) if function == "html_section" else MdText(text)  # noqa: S704
 
     return render
 
 
-def _environment() -> jinja2.Environment:
+def _environment(markdown: bool = False) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         # report.html.j2 is HTML: every value a host or the inventory supplies is escaped (the extension is
         # "html.j2"; with "html" alone nothing would be)
         autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "html"), default_for_string=False),
+        # report.md.j2: every value is escaped for Markdown (md_escape) unless it is MdText already
+        finalize=_md_finalize if markdown else None,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -837,6 +882,7 @@ def _environment() -> jinja2.Environment:
     env.filters["cell_text"] = cell_text
     env.filters["device_text"] = device_text
     env.filters["md"] = _md
+    env.filters["code"] = md_code
     # heatmap_svg escapes every name and value it writes (html.escape), so its SVG is markup as it is
     env.globals["heatmap_svg"] = lambda matrix: markupsafe.Markup(heatmap_svg(matrix))  # noqa: S704 - escaped above
     # the fleet-sized parts, escaped where they are written (html.escape)
@@ -854,9 +900,9 @@ def _environment() -> jinja2.Environment:
 
 def render(report: dict) -> dict[str, str]:
     """``{"report.html": text, "report.md": text}`` for a built report."""
-    env = _environment()
     report = {"day_two": None, "topology": None, **report}
-    return {name: env.get_template(f"{name}.j2").render(**report) for name in ("report.html", "report.md")}
+    return {name: _environment(markdown=name.endswith(".md")).get_template(f"{name}.j2").render(**report)
+            for name in ("report.html", "report.md")}
 
 
 def _write_if_changed(path: Path, text: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import topology as topo
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import md_code, md_escape
 
 
 def _miscabled_by_host(topology):
@@ -53,10 +54,10 @@ def md_section(topology):
     bad = _miscabled_by_host(topology)
     out = ["## Topology", ""]
     for block, racks in topology["tree"].items():
-        out.append(f"- block `{block}`")
+        out.append(f"- block {md_code(block)}")
         for rack, hosts in racks.items():
-            out.append(f"  - rack `{rack}`: {len(hosts)} host(s)")
+            out.append(f"  - rack {md_code(rack)}: {len(hosts)} host(s)")
             for host in hosts:
-                out.append(f"    - {host}" + (" **miscabled**" if host in bad else ""))
-                out += [f"      - {topo.describe_miscabled(e)}" for e in bad.get(host, [])]
+                out.append(f"    - {md_escape(host)}" + (" **miscabled**" if host in bad else ""))
+                out += [f"      - {md_escape(topo.describe_miscabled(e))}" for e in bad.get(host, [])]
     return "\n".join(out) + "\n\n"

@@ -6,7 +6,6 @@ the end-to-end test with real cloud-init on a simulated host is tests/e2e/test_h
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -19,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 from starlette.testclient import TestClient
 
@@ -33,10 +34,18 @@ from gpunode.hook.worker import Worker, run_environment
 
 SECRET = "site-secret-0123456789abcdef"  # noqa: S105 - a test secret the scans look for
 RUN_TOKEN = "join-token-fedcba9876543210"  # noqa: S105 - a test token the scans look for
-# Real key lines (ssh-keygen output shapes; the bodies are base64 of the key blobs' prefixes).
-ED25519 = "ssh-ed25519 " + base64.b64encode(b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00 " + b"k" * 32).decode()
-RSA = "ssh-rsa " + base64.b64encode(b"\x00\x00\x00\x07ssh-rsa\x00\x00\x00\x03\x01\x00\x01" + b"r" * 64).decode()
-ECDSA = "ecdsa-sha2-nistp256 " + base64.b64encode(b"\x00\x00\x00\x13ecdsa-sha2-nistp256" + b"e" * 40).decode()
+# Real host keys, as ssh-keygen writes them (``<type> <base64 blob>``), made from fixed private values.
+def _openssh(private) -> str:
+    public = private.public_key()
+    return public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+ED25519 = _openssh(ed25519.Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
+#: Another machine's ed25519 key (a substituted or re-generated host key).
+ED25519_OTHER = _openssh(ed25519.Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33))))
+ED25519_THIRD = _openssh(ed25519.Ed25519PrivateKey.from_private_bytes(bytes(range(2, 34))))
+RSA = _openssh(rsa.generate_private_key(public_exponent=65537, key_size=2048))
+ECDSA = _openssh(ec.derive_private_key(0x5EED5EED5EED, ec.SECP256R1()))
 
 PLAYBOOK = """\
 - name: Stage one
@@ -149,7 +158,7 @@ def test_phone_home_form_is_recorded_queued_and_seeds_known_hosts(site):
     assert config.known_hosts.stat().st_mode & 0o777 == 0o600
     # The site secret proves nothing about which machine posts: new keys for a known host are refused.
     client.post(f"/v1/phone-home?token={SECRET}", data=phone_home_form("node-b", "i-b"))
-    new_key = ED25519[:-8] + "AAAAAAA="
+    new_key = ED25519_OTHER
     form = dict(phone_home_form("node-a", "i-new"), pub_key_rsa="N/A", pub_key_ecdsa="N/A", pub_key_ed25519=new_key)
     refused = client.post(f"/v1/phone-home?token={SECRET}", data=form)
     assert refused.status_code == 409
@@ -246,12 +255,12 @@ def test_hmac_mode_signs_phone_home_per_machine_and_json_bodies_once(site):
     assert [h["name"] for h in store.hosts()] == ["node-a", "node-c"]
     assert [r["source"] for r in store.requests("node-c")] == ["capi"]
     # A body signature covers host, instance id and keys: it proves a re-deployment's new identity.
-    new_keys = {"ed25519": ED25519[:-4] + "AAA="}
+    new_keys = {"ed25519": ED25519_THIRD}
     body = json.dumps({"host": "node-a", "instance_id": "i-redeployed", "host_keys": new_keys})
     resp = client.post("/v1/hosts", content=body.encode(), headers=signed(body.encode()))
     assert (resp.status_code, resp.json()["outcome"]) == (202, "duplicate")  # still queued from the first post
     assert store.identity("node-a")["instance_id"] == "i-redeployed"
-    assert known_lines(config, "node-a") == [f"node-a,node-a.gpu.example.net {ED25519[:-4]}AAA="]
+    assert known_lines(config, "node-a") == [f"node-a,node-a.gpu.example.net {ED25519_THIRD}"]
     # ?token= and ?sig= are phone_home's; the JSON endpoint and the GETs take headers only.
     assert client.get("/v1/hosts", headers=signed(b"")).status_code == 200
     assert client.get(f"/v1/hosts?sig={good}").status_code == 401
@@ -272,16 +281,22 @@ def test_a_host_cannot_take_another_hosts_fqdn_or_keys(site):
     client = client_for(config, store)
     url = f"/v1/phone-home?token={SECRET}"
     assert client.post(url, data=phone_home_form("node-a")).status_code == 202
-    # A new host name claiming node-a's FQDN would replace node-a's known_hosts lines.
+    # A new host name claiming node-a's FQDN would replace node-a's known_hosts lines: an FQDN's first
+    # label is its host's name, so the claim is refused before anything is recorded.
     resp = client.post(url, data=dict(phone_home_form("evil", "i-evil"), fqdn="node-a.gpu.example.net"))
-    assert resp.status_code == 409 and "fqdn node-a.gpu.example.net belongs to host node-a" in resp.json()["error"]
-    assert store.host("evil") is None and store.requests("evil")[0]["outcome"] == "refused"
-    # A JSON post with a subset of the bound keys changes nothing; operator posts (no keys) are fine.
+    assert resp.status_code == 400
+    assert resp.json()["error"] == ("fqdn: node-a.gpu.example.net does not belong to host evil"
+                                    " (its first label must be the host name)")
+    assert store.host("evil") is None and store.requests("evil") == []
+    # The store refuses it too (a request that reached it by another way).
+    got = store.record_request(source="api", host="evil", instance_id=None, fqdn="node-a.gpu.example.net",
+                               host_keys={}, peer=None)
+    assert got["outcome"] == "refused" and "fqdn node-a.gpu.example.net belongs to host node-a" in got["conflict"]
+    # A JSON post with a subset of the bound keys changes nothing.
     auth = {"Authorization": f"Bearer {SECRET}"}
     resp = client.post("/v1/hosts", json={"host": "node-a", "host_keys": {"ed25519": ED25519}}, headers=auth)
     assert resp.status_code == 202
     assert len(store.identity("node-a")["host_keys"]) == 3 and len(known_lines(config, "node-a")) == 3
-    assert client.post("/v1/hosts", json={"host": "node-a", "force": True}, headers=auth).status_code == 202
 
 
 # -- the worker --------------------------------------------------------------------------------
@@ -526,7 +541,7 @@ def test_maas_cross_check_and_tag_write_back(site):
     assert fake.tags == {"gpunode-validated": ["abc123"]}
     # New host keys for the same deployment are refused; once MAAS reports a new deploy time the
     # machine was re-deployed, and its new keys are bound and it is queued again.
-    new_key = ED25519[:-8] + "AAAAAAA="
+    new_key = ED25519_OTHER
     rekeyed = dict(phone_home_form("node-a", "abc123"), pub_key_ed25519=new_key)
     resp = client.post(url, data=rekeyed)
     assert resp.status_code == 409 and "host keys ssh-ed25519" in resp.json()["error"]

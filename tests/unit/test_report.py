@@ -230,7 +230,7 @@ def test_markdown_tables(fleet_dir):
     settings = md[md.index("## Settings per fabric"):]
     row = next(line for line in settings.splitlines() if line.startswith("| nic_firmware | roce_accl"))
     assert cells_of(row) == ["nic_firmware", "roce_accl.adaptive_routing_forced_en", "1", "hgx01"]
-    assert "| roce_qos | pfc | [3] |  |" in settings  # PFC as the priorities it is on
+    assert "| roce_qos | pfc | \\[3\\] |  |" in settings  # PFC as the priorities it is on
     assert "| nic_firmware | LINK_TYPE_P1 | ETH(2) |  |" in settings  # an NV config enum by name and number
     assert re.search(r"^\| dgx01 \| default \| NVIDIA .* \| failed \| 1/2 \| rail 3 0000:5e:00.0.* \| 0 \|$", md, re.M)
     assert re.search(r"^\| hgx01 \| default \| Dell Inc\. PowerEdge XE9680 \| not needed \| passed \| 0/0 \|  \| 1 \|$",
@@ -407,3 +407,36 @@ def test_report_takes_the_files_from_the_validation_read_back_when_its_own_read_
     assert not (tmp_path / "neither" / "hosts" / "hgx01").exists()
     with pytest.raises(AnsibleActionFail, match="host_files_var must be a variable name or a list of them"):
         _report_action({**args, "host_files_var": ["__report_results", 3]}, facts)
+
+
+HOSTILE = {
+    "name": "<script>alert(1)</script>",
+    "platform": "[click](http://evil.example/x) ![img](http://evil.example/i.png)",
+    "model": "`code` **loud** _em_ a|b <img src=x onerror=alert(1)>",
+    "run_id": "run`<b>x</b>`\n# heading",
+}
+
+
+def test_markdown_escapes_every_string_a_host_supplied(fleet_dir):
+    from markdown_it import MarkdownIt
+
+    report = build(load_inputs(fleet_dir))
+    host = report["hosts"][0]
+    host["name"], host["platform"] = HOSTILE["name"], HOSTILE["platform"]
+    for rail in host["rails"]:
+        rail["model"] = HOSTILE["model"]
+    report["meta"] = {"version": "1.0.0", "commit": None, "run_id": HOSTILE["run_id"], "generated": "now"}
+    md = render(report)["report.md"]
+    page = MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+    # Nothing a host posted becomes markup: no HTML element, link, image, emphasis, code or heading of its own.
+    for markup in ("<script", "<img", "<a ", "<b>", "<strong>loud</strong>", "<em>em</em>", "<code>code</code>",
+                   "<h1>heading"):
+        assert markup not in page, markup
+    # ... and it is all still there, as text.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "[click](http://evil.example/x) ![img](http://evil.example/i.png)" in page
+    assert "`code` **loud** _em_ a|b &lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<code>run`&lt;b&gt;x&lt;/b&gt;` # heading</code>" in page  # the run id, in its code span, on one line
+    # The hosts table keeps its 8 columns on the hostile host's row (its | is escaped).
+    row = next(line for line in md.splitlines() if line.startswith("| &lt;script&gt;"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 9

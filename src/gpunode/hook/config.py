@@ -7,6 +7,7 @@ environment variable (``secret_env``) it is read from, so a settings file can be
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import yaml
 
 #: Environment variable the secret is read from when no secret file is given.
 DEFAULT_SECRET_ENV = "GPUNODE_HOOK_SECRET"  # noqa: S105 - the variable's name, not a secret
+#: Environment variable the operator's secret is read from when no operator secret file is given.
+DEFAULT_OPERATOR_SECRET_ENV = "GPUNODE_HOOK_OPERATOR_SECRET"  # noqa: S105 - a name, not a secret
 
 
 class ConfigError(ValueError):
@@ -40,8 +43,26 @@ class HookConfig:
     #: service speaks plain HTTP, and warns at start unless it listens on loopback only.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
-    #: Requests (connections) served at once; uvicorn answers 503 beyond it.
+    #: The operator's credential (``Authorization: Bearer <operator secret>``): needed to force a
+    #: re-run, to post as ``X-Gpunode-Source: operator`` or to change a bound host's FQDN. Like the
+    #: site secret it is never a setting value: a file, or an environment variable. Unset: nobody
+    #: can do those over HTTP (``gpunode hook run``/``forget`` on the service's machine still can).
+    operator_secret_file: Path | None = None
+    operator_secret_env: str = DEFAULT_OPERATOR_SECRET_ENV
+    #: Requests handled at once (headers received, answer not yet sent); 503 beyond it.
     max_concurrent_requests: int = 64
+    #: Open connections in all; a connection beyond it is answered 503 and closed.
+    max_connections: int = 512
+    #: Open connections from one peer address; a connection beyond it is answered 429 and closed.
+    max_connections_per_peer: int = 16
+    #: Seconds a client has to send a request's headers (from connecting, or from the previous
+    #: answer on a kept-alive connection); then 408 and the connection is closed.
+    header_timeout: float = 10.0
+    #: Seconds a client has to send a request's body once its headers arrived; then 408.
+    body_timeout: float = 30.0
+    #: Proxies whose ``X-Forwarded-For``/``X-Forwarded-Proto`` are believed (addresses or
+    #: networks); empty: forwarded headers are ignored and the peer is the socket's address.
+    trusted_proxies: list[str] = dataclasses.field(default_factory=list)
     # The pipeline.
     project_dir: Path = Path(".")
     playbook: str = "playbooks/site.yml"
@@ -95,6 +116,25 @@ class HookConfig:
             raise ConfigError(f"{where}: the hook secret must be at least 16 characters")
         return value.encode()
 
+    def operator_secret(self) -> bytes | None:
+        """The operator's secret (file first, then the environment), or None when none is set."""
+        if self.operator_secret_file is not None:
+            try:
+                value = Path(self.operator_secret_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"operator_secret_file {self.operator_secret_file}: {exc.strerror}") from exc
+            where = f"operator_secret_file {self.operator_secret_file}"
+        else:
+            value = os.environ.get(self.operator_secret_env, "").strip()
+            where = f"${self.operator_secret_env}"
+            if not value:
+                return None
+        if len(value) < 16:
+            raise ConfigError(f"{where}: the operator secret must be at least 16 characters")
+        if value.encode() == self.secret():
+            raise ConfigError(f"{where}: the operator secret must differ from the hook secret the machines hold")
+        return value.encode()
+
     def maas_api_key(self) -> str:
         """The MAAS API key ``consumer:token:secret`` from ``maas_api_key_file``."""
         if self.maas_api_key_file is None:
@@ -121,13 +161,24 @@ class HookConfig:
         if self.capi_annotate and not self.capi_kubeconfig:
             raise ConfigError("capi_kubeconfig: required when capi_annotate is set")
         for name in ("workers", "max_batch", "max_attempts", "run_timeout", "idle_timeout", "keep_artifacts",
-                     "max_concurrent_requests", "hmac_max_skew"):
+                     "max_concurrent_requests", "hmac_max_skew", "max_connections", "max_connections_per_peer"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}: must be at least 1")
+        for name in ("header_timeout", "body_timeout"):
+            if not 0 < float(getattr(self, name)) <= 600:
+                raise ConfigError(f"{name}: must be more than 0 and at most 600 seconds")
+        if not isinstance(self.trusted_proxies, list):
+            raise ConfigError("trusted_proxies: expected a list of addresses or networks")
+        for entry in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(str(entry), strict=False)
+            except ValueError:
+                raise ConfigError(f"trusted_proxies: {entry!r} is not an address or network") from None
         from gpunode.hook.revalidate import settings  # noqa: PLC0415 - revalidate.py imports this module
 
         settings(self)
         self.secret()
+        self.operator_secret()
         return self
 
     @property
@@ -147,7 +198,8 @@ class HookConfig:
         return Path(self.state_dir) / "artifacts"
 
 
-_PATHS = {"state_dir", "secret_file", "project_dir", "run_secrets_file", "maas_api_key_file", "capi_kubeconfig",
+_PATHS = {"state_dir", "secret_file", "operator_secret_file", "project_dir",
+          "run_secrets_file", "maas_api_key_file", "capi_kubeconfig",
           "tls_cert_file", "tls_key_file"}
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from gpunode.hook.config import ConfigError, HookConfig
+from gpunode.hook.requests import RequestError, host_name
 from gpunode.hook.store import Store
 from gpunode.hook.worker import execute, run_spec, run_state
 
@@ -100,7 +101,14 @@ def select_hosts(store: Store, which: str) -> tuple[list[str] | None, list[str]]
     """``(hosts, busy)`` from one read of the hook's hosts: the hosts to revalidate (provisioned ones, whose last run
     ended ok, not queued or running; None for the whole inventory) and the hosts being provisioned (queued or
     running), which a run of the whole inventory leaves out."""
-    rows = store.hosts()
+    rows = []
+    for row in store.hosts():
+        try:
+            host_name(row["name"])  # the same validation as every entry point's
+        except RequestError as exc:
+            log.warning("revalidation: skipping a recorded host: %s", exc.reason)
+            continue
+        rows.append(row)
     busy = [r["name"] for r in rows if r["state"] in ("queued", "running")]
     if which == "inventory":
         return None, busy

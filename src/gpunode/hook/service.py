@@ -18,9 +18,11 @@ from pathlib import Path
 import uvicorn
 
 from gpunode.hook.app import Hook, create_app
-from gpunode.hook.config import HookConfig
+from gpunode.hook.config import ConfigError, HookConfig
 from gpunode.hook.maas import MaasClient, MaasError
+from gpunode.hook.requests import RequestError, host_name
 from gpunode.hook.revalidate import Revalidator, history_db, revalidate_once
+from gpunode.hook.server import uvicorn_config
 from gpunode.hook.store import Store, StoreError, private_dir
 from gpunode.hook.worker import GRACE, Worker
 
@@ -150,9 +152,7 @@ def serve(config: HookConfig) -> int:
         signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     tls = {"ssl_certfile": str(config.tls_cert_file), "ssl_keyfile": str(config.tls_key_file)} \
         if config.tls_cert_file else {}
-    server = uvicorn.Server(uvicorn.Config(create_app(hook), host=config.listen_host, port=config.listen_port,
-                                           access_log=False, log_level="warning", lifespan="off",
-                                           limit_concurrency=config.max_concurrent_requests, **tls))
+    server = uvicorn.Server(uvicorn_config(config, create_app(hook), **tls))
     try:
         server.run()
     finally:
@@ -210,8 +210,18 @@ def format_revalidation(entry: dict) -> str:
             f"hosts={','.join(entry['hosts'])}")
 
 
+def host_names(hosts: list[str], option: str = "--host") -> list[str]:
+    """The canonical names of hosts given on the command line, by the same validation as the HTTP API's;
+    ConfigError (nothing recorded) for the first invalid one."""
+    try:
+        return list(dict.fromkeys(host_name(h, option) for h in hosts))
+    except RequestError as exc:
+        raise ConfigError(exc.reason) from None
+
+
 def run_hosts(config: HookConfig, hosts: list[str], *, out=print) -> int:
     """``gpunode hook run``: queue the hosts as an operator request and run them here, in the foreground."""
+    hosts = host_names(hosts)
     setup_logging(config)
     store = Store(config.db_path)
     worker = Worker(config, store, on_finished=write_backs(tag_writer(config, store, maas_client(config)),
@@ -265,6 +275,7 @@ def forget(config: HookConfig, hosts: list[str], *, out=print) -> int:
     For a machine re-deployed (or replaced) without MAAS to vouch for it: its next post is a first
     contact again. Refused for a host with a run in progress.
     """
+    hosts = host_names(hosts)
     if not config.db_path.exists():
         out(f"no hook database at {config.db_path}")
         return 1
@@ -272,8 +283,7 @@ def forget(config: HookConfig, hosts: list[str], *, out=print) -> int:
     hook = Hook(config, store)
     rc = 0
     try:
-        for host in hosts:
-            name = host.strip().lower()
+        for name in hosts:
             row = store.host(name) or {}
             try:
                 found = store.forget(name)
@@ -309,6 +319,8 @@ def _status(config: HookConfig, *, host: str | None, run_id: int | None, as_json
         out(json.dumps({"error": msg}) if as_json else msg)
         return 1
 
+    if host is not None:
+        host = host_names([host])[0]
     if not config.db_path.exists():
         return missing(f"no hook database at {config.db_path}")
     store = Store(config.db_path)

@@ -14,6 +14,7 @@ because the claim that moves it to ``running`` is one ``BEGIN IMMEDIATE`` transa
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -88,6 +89,19 @@ class StoreError(RuntimeError):
     """A store operation is not possible now; the message says why."""
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot take new work (removed, replaced, unwritable, a full disk); the message says which."""
+
+
+#: SQLite result codes (``sqlite3.Error.sqlite_errorname``) and what they mean for the service.
+_UNAVAILABLE = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_READONLY": "the database is not writable",
+    "SQLITE_CANTOPEN": "the database cannot be opened",
+    "SQLITE_IOERR": "an I/O error",
+}
+
+
 def private_dir(path: Path) -> Path:
     """Create ``path`` (and parents) and make it 0700; return it."""
     path = Path(path)
@@ -155,6 +169,40 @@ class Store:
             extra = path.with_name(path.name + suffix)
             if extra.exists():
                 extra.chmod(0o600)
+        st = path.stat()
+        self._file_id = (st.st_dev, st.st_ino)
+        self._gone: str | None = None
+
+    def check_file(self) -> None:
+        """Raise StoreUnavailable when the database file was removed or replaced since it was opened.
+
+        SQLite keeps writing to a removed file through its open descriptor, so what it would commit
+        is lost at the next start; new work is refused instead, until the service is restarted.
+        """
+        if self._gone is None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) != self._file_id:
+                    self._gone = "replaced"
+            except FileNotFoundError:
+                self._gone = "removed"
+        if self._gone is not None:
+            raise StoreUnavailable(f"state database {self.path}: {self._gone} while the service ran;"
+                                   " new requests are refused until the service is restarted")
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite has not already (it does on SQLITE_FULL and I/O errors)."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
+    def _raise_unavailable(self, exc: BaseException) -> None:
+        """Raise StoreUnavailable naming the cause when ``exc`` is SQLite failing to write (full disk, ...)."""
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        base = name.split("_", 2)[:2]
+        what = _UNAVAILABLE.get("_".join(base)) if isinstance(exc, sqlite3.Error) else None
+        if what is not None:
+            raise StoreUnavailable(f"state database {self.path}: {what} ({name}: {exc})") from exc
 
     def close(self) -> None:
         with self._lock:
@@ -183,9 +231,10 @@ class Store:
         now = time.time() if now is None else now
         keys_json = json.dumps(host_keys, sort_keys=True)
         with self._lock:
+            self.check_file()
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 ident = cur.execute("SELECT * FROM identities WHERE name = ?", (host,)).fetchone()
                 redeployed = False
                 conflict = None
@@ -198,12 +247,15 @@ class Store:
                     # Keys are replaced on a proven change or when none were bound yet; a subset of the
                     # bound keys (a JSON post with only the ed25519 key) leaves them as they are.
                     rekey = bool(host_keys) and (not bound_keys or "host_keys" in allowed)
+                row = cur.execute("SELECT * FROM hosts WHERE name = ?", (host,)).fetchone()
                 if conflict is None and fqdn:
                     other = cur.execute("SELECT name FROM hosts WHERE fqdn = ? AND name != ?", (fqdn, host)).fetchone()
                     if other is not None:
                         conflict = (f"identity conflict: fqdn {fqdn} belongs to host {other['name']}, not {host}"
                                     f" (`gpunode hook forget --host {other['name']}` if that machine is gone)")
-                row = cur.execute("SELECT * FROM hosts WHERE name = ?", (host,)).fetchone()
+                    elif row is not None and row["fqdn"] and row["fqdn"] != fqdn and "fqdn" not in proves:
+                        conflict = (f"identity conflict: {host}'s fqdn is {row['fqdn']}; changing it to {fqdn}"
+                                    " needs the operator credential")
                 new_instance = bool(instance_id) and row is not None and instance_id != row["instance_id"]
                 if conflict is not None:
                     outcome = "refused"
@@ -247,8 +299,9 @@ class Store:
                         (instance_id, fqdn, request_id, outcome == "rerun", now, host),
                     )
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                self._raise_unavailable(exc)
                 raise
         out = {"request_id": request_id, "outcome": outcome, "host": host}
         if conflict is not None:
@@ -291,16 +344,17 @@ class Store:
         """
         with self._lock:
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 row = cur.execute("SELECT state FROM hosts WHERE name = ?", (host,)).fetchone()
                 if row is not None and row["state"] == "running":
                     raise StoreError(f"host {host}: a run is in progress; forget it once the run has finished")
                 n = cur.execute("DELETE FROM identities WHERE name = ?", (host,)).rowcount
                 n += cur.execute("DELETE FROM hosts WHERE name = ?", (host,)).rowcount
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                self._raise_unavailable(exc)
                 raise
         return n > 0
 
@@ -308,9 +362,10 @@ class Store:
         """Record a request nonce for ``window`` seconds; False when it was already used in that time."""
         now = time.time() if now is None else now
         with self._lock:
+            self.check_file()
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 cur.execute("DELETE FROM nonces WHERE expires_at < ?", (now,))
                 try:
                     cur.execute("INSERT INTO nonces (nonce, expires_at) VALUES (?, ?)", (nonce, now + window))
@@ -318,8 +373,9 @@ class Store:
                 except sqlite3.IntegrityError:
                     fresh = False
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                self._raise_unavailable(exc)
                 raise
         return fresh
 
@@ -377,9 +433,10 @@ class Store:
         """
         only_json = json.dumps(list(only)) if only else None
         with self._lock:
+            self.check_file()
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 rows = cur.execute(
                     "SELECT name FROM hosts WHERE state = 'queued' AND not_before <= ? AND queued_at <= ?"
                     " AND (? IS NULL OR name IN (SELECT value FROM json_each(?)))"
@@ -399,8 +456,9 @@ class Store:
                     [(run_id, now, h) for h in hosts],
                 )
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                self._raise_unavailable(exc)
                 raise
         return {"id": run_id, "hosts": hosts}
 
@@ -418,8 +476,8 @@ class Store:
         states: dict[str, str] = {}
         with self._lock:
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 cur.execute(
                     "UPDATE runs SET state = ?, finished_at = ?, result = ?, result_path = ? WHERE id = ?",
                     (state, now, json.dumps(result, sort_keys=True), result_path, run_id),
@@ -445,8 +503,9 @@ class Store:
                     )
                     states[host] = new
                 cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                self._raise_unavailable(exc)
                 raise
         return states
 

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from gpunode.hook.config import HookConfig
-from gpunode.hook.store import Store
+from gpunode.hook.requests import host_name
+from gpunode.hook.store import Store, StoreUnavailable
 
 log = logging.getLogger("gpunode.hook")
 
@@ -34,11 +35,12 @@ GRACE = 30.0
 
 
 def run_environment(config: HookConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a run: the allowlisted part of the service's, without the secret's variable."""
+    """The environment of a run: the allowlisted part of the service's, without the secrets' variables."""
     environ = dict(os.environ if environ is None else environ)
+    secrets = (config.secret_env, config.operator_secret_env)
     env = {
         k: v for k, v in environ.items()
-        if k != config.secret_env and (k in ENV_ALLOW or any(k.startswith(p) for p in ENV_ALLOW if p.endswith("_")))
+        if k not in secrets and (k in ENV_ALLOW or any(k.startswith(p) for p in ENV_ALLOW if p.endswith("_")))
     }
     # ansible-playbook is installed beside the Python running the hook (a venv's bin/).
     bindir = str(Path(sys.executable).parent)
@@ -62,7 +64,8 @@ def run_spec(config: HookConfig, run: dict, store: Store | None = None) -> dict:
     names = {}
     for host in run["hosts"]:
         row = store.host(host) if store is not None and config.limit_by == "fqdn" else None
-        names[host] = (row or {}).get("fqdn") or host
+        # The same validation as every entry point's: only a host name reaches --limit.
+        names[host] = host_name((row or {}).get("fqdn") or host, "inventory name")
     return {
         "run_id": run["id"],
         "hosts": run["hosts"],
@@ -88,7 +91,7 @@ def refresh_inventory(config: HookConfig) -> None:
     """Run ``inventory_refresh_command`` (with the service's environment); raise when it fails."""
     if not config.inventory_refresh_command:
         return
-    env = {k: v for k, v in os.environ.items() if k != config.secret_env}
+    env = {k: v for k, v in os.environ.items() if k not in (config.secret_env, config.operator_secret_env)}
     proc = subprocess.run(list(config.inventory_refresh_command), env=env, cwd=Path(config.project_dir),
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:
@@ -194,8 +197,9 @@ class Worker:
         if run is None:
             return None
         log.info("run %d: starting for %s", run["id"], ", ".join(run["hosts"]))
-        spec = run_spec(self.config, run, self.store)
+        spec = None
         try:
+            spec = run_spec(self.config, run, self.store)  # refuses a recorded name that is not a host name
             refresh_inventory(self.config)
             result = execute(self.config, spec, self.stop)
         except Exception as exc:  # the hosts must leave `running` whatever happened
@@ -204,7 +208,8 @@ class Worker:
                       "hosts": {h: {"ok_overall": False, "stage": None} for h in run["hosts"]}}
         state = run_state(result)
         host_ok = {h: bool(result["hosts"].get(h, {}).get("ok_overall")) for h in run["hosts"]}
-        states = self.store.finish_run(run["id"], state=state, result=result, result_path=spec["result_path"],
+        states = self.store.finish_run(run["id"], state=state, result=result,
+                                       result_path=spec["result_path"] if spec else None,
                                        host_ok=host_ok, max_attempts=self.config.max_attempts,
                                        retry_delay=self.config.retry_delay)
         log.info("run %d: %s (%s)", run["id"], state, ", ".join(f"{h}={s}" for h, s in states.items()))
@@ -213,10 +218,18 @@ class Worker:
         return self.store.run(run["id"])
 
     def _loop(self) -> None:
+        unavailable = None
         while not self.stop.is_set():
             try:
                 if self.run_once() is not None:
                     continue
+                unavailable = None
+            except StoreUnavailable as exc:  # logged once, not every second: the requests' 503s say it too
+                if str(exc) != unavailable:
+                    log.error("worker: no run started: %s", exc)
+                unavailable = str(exc)
+                self.stop.wait(5.0)
+                continue
             except Exception:  # a broken run must not kill the worker; the hosts stay recorded
                 log.exception("worker: run failed")
             due = self.store.next_due(time.time(), self.config.batch_window)
