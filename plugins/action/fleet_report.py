@@ -10,7 +10,10 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.contract import DEFAULT_SOURCES
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import IntentError, declared_contract
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import normalize_value
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import action_args
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fabric_intent import resolved_intent
 from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (
     RESULT_FACTS,
     ReportInputError,
@@ -151,7 +154,8 @@ class ActionModule(ActionBase):
         inputs = None
         try:
             if gathered:
-                inputs = inputs_from_facts(gathered[0], args.get("kueue") or [], args.get("run") or {})
+                inputs = inputs_from_facts(gathered[0], args.get("kueue") or [], args.get("run") or {},
+                                           self._declared(task_vars, list(gathered[0])))
             planned = plan_host_files(source, host_files)
         except ReportInputError as exc:
             raise AnsibleActionFail(f"fleet_report: {exc}") from None
@@ -174,6 +178,16 @@ class ActionModule(ActionBase):
                       host_files_written=copied,
                       msg=f"fleet report: {files['report.html']['path']} (Markdown: {files['report.md']['path']})")
         return result
+
+    @staticmethod
+    def _declared(task_vars, hosts):
+        """Each fabric's declared contract settings, from the run's resolved intent (the report's drift follows the
+        declaration, as the fleet contract does); {} where the hosts have no declaration to resolve."""
+        try:
+            intent = resolved_intent(task_vars, hosts)
+        except IntentError:
+            return {}
+        return {name: declared_contract(fabric, normalize_value) for name, fabric in intent["fabrics"].items()}
 
     def _gather(self, args, task_vars):
         hosts = action_args.play_hosts("fleet_report", args, task_vars,

@@ -92,6 +92,7 @@ def load_inputs(directory: Path) -> dict:
     hosts: dict[str, dict] = {}
     kueue: list[dict] = []
     run: dict = {}
+    declared: dict = {}
 
     def host(name: str) -> dict:
         return hosts.setdefault(name, {"fabric": "default", "hw": None, "contracts": {}, "validation": None,
@@ -115,6 +116,8 @@ def load_inputs(directory: Path) -> dict:
         kueue.extend(o for o in fleet.get("kueue") or [] if isinstance(o, dict))
         if isinstance(fleet.get("run"), dict):
             run = {k: fleet["run"].get(k) for k in ("id", "time")}
+        if isinstance(fleet.get("declared"), dict):
+            declared = fleet["declared"]
 
     hosts_dir = directory / "hosts"
     if hosts_dir.is_dir():
@@ -128,7 +131,7 @@ def load_inputs(directory: Path) -> dict:
         for path in sorted(kueue_dir.iterdir()):
             if path.suffix in (".json", ".yaml", ".yml"):
                 kueue.extend(_read_objects(path))
-    return {"hosts": dict(sorted(hosts.items())), "kueue": kueue, "run": run}
+    return {"hosts": dict(sorted(hosts.items())), "kueue": kueue, "run": run, "declared": declared}
 
 
 def _value_key(value):
@@ -179,8 +182,37 @@ def stage_groups(columns: list) -> list[dict]:
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
-def contract_table(hosts: dict) -> dict:
-    """Compare every contract setting across the hosts of each fabric, as ``fleet_contract`` does.
+_PORT_SUFFIX = re.compile(r"_P\d+$")
+
+
+def declared_setting(declared: dict, setting: str) -> tuple:
+    """``(True, value)`` when the fabric declares a contract setting, else ``(False, None)``; a parameter declared
+    without _P<n> (``nv_config.LINK_TYPE``) is the rail's own port (``nv_config.LINK_TYPE_P1``), as in
+    module_utils/contract.py."""
+    if setting in declared:
+        return True, declared[setting]
+    base = _PORT_SUFFIX.sub("", setting)
+    if base != setting and setting.startswith("nv_config.") and base in declared:
+        return True, declared[base]
+    return False, None
+
+
+def _entry_key(value):
+    """The comparison key of one contract value: a value read from a fact or the inventory may be a subclass of
+    its scalar type (a tagged int or str), which compares as that type."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind, value)
+    for base in (bool, int, float, str):
+        if isinstance(value, base):
+            return (base, base(value))
+    return _value_key(value)
+
+
+def contract_table(hosts: dict, declared: dict | None = None) -> dict:
+    """Compare every contract setting across the hosts of each fabric, as ``fleet_contract`` does: against the
+    fabric's declaration where it declares the setting (``declared``: fabric -> {setting: value}, module_utils/intent
+    ``declared_contract``), else against the majority.
 
     Returns ``{"fabrics": {fabric: {"hosts": [...], "columns": [...], "stages": [stage group],
     "expected": {column: majority value}, "drifting": {column: [host]}, "cells": {host: {column:
@@ -231,8 +263,7 @@ def contract_table(hosts: dict) -> dict:
                 keys = keyed_hosts[host_name] = []
                 for entry in entries:
                     value = entry.get("value")
-                    kind = type(value)
-                    key = (kind, value) if kind in _SCALARS else _value_key(value)
+                    key = _entry_key(value)
                     keys.append(key)
                     count = counts.get(key)
                     if count is None:
@@ -240,7 +271,13 @@ def contract_table(hosts: dict) -> dict:
                         first[key] = value
                     else:
                         counts[key] = count + 1
-            expected_key = _majority_key(counts, first)
+            is_declared, declared_value = declared_setting((declared or {}).get(fabric_name) or {},
+                                                           column.split(".", 1)[1] if "." in column else column)
+            if is_declared:
+                expected_key = _entry_key(declared_value)
+                first[expected_key] = declared_value
+            else:
+                expected_key = _majority_key(counts, first)
             expected = expected_of[column] = first[expected_key]
             agreeing = {"value": expected, "drift": False, "missing": False}
             first_finding = len(drift)
@@ -489,7 +526,7 @@ def build(inputs: dict) -> dict:
     setting), ``hosts`` (per host: platform, fabric, rail rows, validation, reboot, drift count),
     ``bandwidth`` (the heatmap's matrix), ``kueue`` and the fleet ``summary``."""
     hosts = inputs["hosts"]
-    contract = contract_table(hosts)
+    contract = contract_table(hosts, inputs.get("declared"))
     drift_per_host = Counter(d["host"] for f in contract["fabrics"].values() for d in f["drift"])
     host_views = []
     for name, host in hosts.items():
@@ -919,7 +956,8 @@ def _write_if_changed(path: Path, text: str) -> bool:
 RESULT_FACTS = {"discovery": "gpunode_hw", "validation": "validation_result", "nic_firmware": "nic_firmware_result"}
 
 
-def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None = None) -> dict:
+def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None = None,
+                      declared: dict | None = None) -> dict:
     """The report's input from what the hosts published, as ``load_inputs`` returns it from a results directory.
 
     ``hosts`` maps each host to ``{"fabric", "contracts": {source: entries}, "facts": {result name: value},
@@ -947,7 +985,7 @@ def inputs_from_facts(hosts: dict, kueue: list | None = None, run: dict | None =
         for stem, value in sorted(results.items()):  # in file-name order, as load_inputs reads them
             _place_result(entry, stem, value, contracts_win=True)
     return {"hosts": out, "kueue": [o for o in kueue or [] if isinstance(o, dict)],
-            "run": {k: (run or {}).get(k) for k in ("id", "time")}}
+            "run": {k: (run or {}).get(k) for k in ("id", "time")}, "declared": declared or {}}
 
 
 def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
@@ -956,7 +994,8 @@ def write_fleet_json(directory: Path, inputs: dict) -> tuple[Path, bool]:
     report). One line, each object's keys in the order they were published (so it renders as the facts did);
     rewritten only when its content changed."""
     fleet = {"hosts": {h: {"fabric": d["fabric"], "contracts": d["contracts"]} for h, d in inputs["hosts"].items()},
-             "kueue": inputs.get("kueue") or [], "run": inputs.get("run") or {}}
+             "kueue": inputs.get("kueue") or [], "run": inputs.get("run") or {},
+             "declared": inputs.get("declared") or {}}
     path = Path(directory) / "fleet.json"
     Path(directory).mkdir(parents=True, exist_ok=True)
     # the C encoder (indent= would take the pure-Python one, several times slower)

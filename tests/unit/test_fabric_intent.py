@@ -21,6 +21,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig impor
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.validation import check_node, observed_from_host_state
 from ansible_collections.mlplatform.gpunode.plugins.modules import host_state
 from ansible_collections.mlplatform.gpunode.plugins.modules import node_health as health_module
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import contract_table
 from local_play import fabric
 from module_harness import ExitJson, patch_exits, run_module
 from simhost import day_two_host, run_tool, tool_bin
@@ -233,6 +234,8 @@ def test_the_converged_host_matches_its_declaration_everywhere(host, monkeypatch
     assert {name: plan["run"] for name, plan in plans(base, state).items()} == dict.fromkeys(plans(base, state), False)
     declared = {"roce1": intent.declared_contract(base, normalize_value)}
     assert compare({"h1": {"fabric": "roce1", "entries": contract_entries(state, hw)}}, declared=declared)["ok"]
+    assert contract_table({"h1": {"fabric": "roce1", "contracts": {"nic_firmware_contract": contract_entries(
+        state, hw)}}}, declared)["fabrics"]["roce1"]["drift"] == []
     checks = check_node(hw, observed(state, hw, base["expect"]), base["expect"])
     # The rails' checks (the host's software - fabric manager, nvidia_peermem - is not the declaration's).
     assert [c["reason"] for c in checks if c["status"] == "fail" and c["check"] in RAIL_CHECKS] == []
@@ -269,6 +272,16 @@ def test_one_setting_changed_in_the_declaration_reaches_every_consumer(host, mon
         assert contract_setting in drifted and all(row["declared"] for row in result["drift"]), (setting, drifted)
     else:
         assert result["ok"], drifted
+    # The fleet report: its drift section and the host's cells follow the declaration too.
+    by_source = {"nic_firmware_contract": [], "sriov_contract": [], "roce_qos_contract": []}
+    for entry in contract_entries(state, hw):
+        source = ("sriov_contract" if entry["setting"] == "sriov_num_vfs" else
+                  "roce_qos_contract" if entry["setting"].startswith("qos_") or entry["setting"] == "mtu" else
+                  "nic_firmware_contract")
+        by_source[source].append(entry)
+    table = contract_table({"h1": {"fabric": "roce1", "contracts": by_source}}, declared)["fabrics"]["roce1"]
+    reported = {finding["column"].split(".", 1)[1] for finding in table["drift"]}
+    assert reported == drifted, (setting, reported, drifted)
     # Validation's node checks.
     failed = {c["check"] for c in check_node(hw, observed(state, hw, changed["expect"]), changed["expect"])
               if c["status"] == "fail"}
