@@ -67,7 +67,7 @@ options:
         description: Rail port rate in Gb/s; default each rail's discovered speed.
         type: int
       num_vfs:
-        description: VF count of every rail (C(sriov_compute_num_vfs)).
+        description: VF count of every rail (the fabric's C(gpunode_fabric_settings.nics.compute.num_vfs)).
         type: int
       roce_accl:
         description: ROCE_ACCL fields (int) every rail must read back, for example C(adaptive_routing_forced_en).
@@ -110,11 +110,17 @@ EXAMPLES = r"""
   mlplatform.gpunode.node_health:
     sysfs_root: "{{ gpunode_sysfs_root | default('/sys') }}"
     hw: "{{ gpunode_hw }}"
+    # the rail-drift part of the host's fabric intent (mlplatform.gpunode.fabric_intent, registered gpunode_intent)
+    expect: "{{ (gpunode_intent | mlplatform.gpunode.host_intent(inventory_hostname))['health_expect'] }}"
+  register: health
+
+- name: Or with the values written out
+  mlplatform.gpunode.node_health:
+    hw: "{{ gpunode_hw }}"
     expect:
-      num_vfs: "{{ sriov_compute_num_vfs }}"
+      num_vfs: 8
       roce_accl: {adaptive_routing_forced_en: 1}
       qos: {trust: dscp, pfc: [0, 0, 0, 1, 0, 0, 0, 0], ecn_np: [3], ecn_rp: [3], cnp_dscp: 48, mtu: 9000}
-  register: health
 
 - name: Show what needs hardware service
   ansible.builtin.debug:
