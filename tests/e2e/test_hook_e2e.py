@@ -379,8 +379,10 @@ def test_drift_changes_exactly_the_drifted_settings_and_nothing_else(drift):
     assert list(drift["check_failed"]) == ["Compare every published contract across the hosts of each fabric"]
     breach = drift["check_failed"]["Compare every published contract across the hosts of each fabric"]
     rows = [line.split() for line in breach.splitlines() if line.strip().startswith(HOST)]
-    assert sorted((r[2], r[4], r[5], r[6]) for r in rows) == [
-        ("0000:1a:00.0", "sriov_num_vfs", "8", "0"), ("0000:3c:00.0", "qos_trust", "dscp", "pcp")], breach
+    # The expected value is the fabric's declaration (gpunode_fabric_settings), marked so.
+    assert sorted((r[2], r[4], r[5], r[6], r[7]) for r in rows) == [
+        ("0000:1a:00.0", "sriov_num_vfs", "8", "(declared)", "0"),
+        ("0000:3c:00.0", "qos_trust", "dscp", "(declared)", "pcp")], breach
     assert drift["rerun_failed"] == {}
     for run in ("check", "rerun"):
         others = {name for name in drift[run] if name not in DRIFT_TASKS.values()
