@@ -60,7 +60,8 @@ XIDS = {
 }
 DEFAULT_XIDS = tuple(sorted(XIDS))
 CONDITION_TYPES = (
-    "GPUMissing", "GPUDriverUnavailable", "KernelLogUnavailable",
+    "GPUMissing", "GPUDriverUnavailable", "GPUQueryIncomplete", "GPUUnreachable", "GPUFieldUnreadable",
+    "KernelLogUnavailable",
     *sorted({v[0] for v in XIDS.values()}), "GPUXidError",
     "GPURetiredPagesPending", "GPURowRemapFailure", "GPUUncorrectableECC", "GPUFabricNotReady",
     "GPUPersistenceModeOff", "PCIeLinkDegraded", "PCIeDeviceMissing", "RailLinkDown", "RailSpeedDegraded",
@@ -68,7 +69,7 @@ CONDITION_TYPES = (
 )
 # The checks (a condition's ``check``) of each part ``node_health_read.observe`` reads.
 PART_CHECKS = {
-    "gpu": ("gpu_count", "gpu", "retired_pages", "ecc", "persistence", "fabric"),
+    "gpu": ("gpu_count", "gpu", "retired_pages", "ecc", "persistence", "fabric", "gpu_query"),
     "xid": ("xid",),
     "pcie": ("pcie",),
     "rail": ("rail",),
@@ -108,13 +109,14 @@ def _pci_of_xid(addr):
     return f"{domain[-4:]}:{bus}:{dev}.0"
 
 
-def parse_kernel_log(text):
+def parse_kernel_log(text, unparsed=None):
     """Xid events of a kernel log (``dmesg`` output, any of the time formats above).
 
     Returns ``[{"xid": 79, "pci_address": "0000:91:00.0", "time": "6781741.548779" | None,
     "pid": None | int, "process": None | str, "text": "GPU has fallen off the bus.", "line": N}]``
-    in log order. Empty output is an empty log. Raises ParseError for an ``NVRM: Xid`` line of an
-    unknown shape.
+    in log order. Empty output is an empty log. An ``NVRM: Xid`` line of an unknown shape raises
+    ParseError, or, with a list ``unparsed``, is appended to it as ``{"line": N, "text": ...}`` and the
+    rest of the log is read.
     """
     if text is None or not str(text).strip():
         return []
@@ -125,6 +127,9 @@ def parse_kernel_log(text):
         stamp, message = _split_prefix(line)
         match = _XID_RE.search(message)
         if not match:
+            if unparsed is not None:
+                unparsed.append({"line": lineno, "text": line[:300]})
+                continue
             raise ParseError("dmesg", "an Xid line like 'NVRM: Xid (PCI:0000:19:00): 48, pid=..., name=..., text'",
                              line, lineno)
         pid = match.group("pid")
@@ -210,52 +215,124 @@ def parse_link_width(text, path="current_link_width"):
     return int(value)
 
 
-def _yes_no(value, path):
-    if value is None or value in ("N/A", "[N/A]"):
+NOT_REPORTED = ("N/A", "[N/A]", "Not Available", "[Not Supported]", "Not Supported")
+
+
+def _yes_no(value, path, unreadable):
+    if value is None or value in NOT_REPORTED:
         return None
     if value in ("Yes", "No"):
         return value == "Yes"
-    raise ParseError("nvidia-smi", f"Yes, No or N/A for {path!r}", value)
+    unreadable[path] = value
+    return None
 
 
-def _count(value, path):
-    if value is None or value in ("N/A", "[N/A]"):
+def _count(value, path, unreadable):
+    if value is None or value in NOT_REPORTED:
         return None
-    if not value.isdigit():
-        raise ParseError("nvidia-smi", f"a count or N/A for {path!r}", value)
+    if not value.isascii() or not value.isdigit():
+        unreadable[path] = value
+        return None
     return int(value)
+
+
+def _is_error_value(value):
+    """A value nvidia-smi prints when it could not read the field: ``ERR!``, ``[Unknown Error]``, ``[GPU requires
+    reset]`` ... (any bracketed text but ``[N/A]``/``[Not Supported]``)."""
+    text = (value or "").strip()
+    return (text == "ERR!" or "Unknown Error" in text
+            or (text.startswith("[") and text.endswith("]") and text not in NOT_REPORTED))
 
 
 def gpu_health_fields(fields):
     """The health facts of one GPU's ``nvidia-smi -q`` section (``parse_query_tree`` paths).
 
     Returns ``{"persistence_mode", "fabric_state", "fabric_status", "retired_pages_pending",
-    "row_remap_pending", "row_remap_failure", "volatile_uncorrectable"}``; a value is None when
-    the GPU does not report it (``N/A`` or the section is absent).
+    "row_remap_pending", "row_remap_failure", "volatile_uncorrectable", "unreadable"}``; a value is
+    None when the GPU does not report it (``N/A`` or the section is absent) or could not read it:
+    ``unreadable`` maps each field whose value is of no known form (``ERR!``, ``[Unknown Error]``,
+    ``Maybe``) to what was printed, and the other fields are read as usual.
     """
+    unreadable = {}
     pending_keys = [k for k in fields if k.startswith("Retired Pages/Pending")]
     pending = None
     for key in pending_keys:
-        value = _yes_no(fields[key], key)
+        value = _yes_no(fields[key], key, unreadable)
         pending = value if pending is None else (pending or bool(value))
     volatile = None
     for key, value in fields.items():
         if key.startswith("ECC Errors/Volatile/") and ("Uncorrectable" in key or key.endswith("Double Bit/Total")):
             if key.count("/") > 3:
                 continue
-            number = _count(value, key)
+            number = _count(value, key, unreadable)
             if number is not None:
                 volatile = (volatile or 0) + number
+    persistence = fields.get("Persistence Mode")
+    if persistence is not None and persistence not in ("Enabled", "Disabled", *NOT_REPORTED):
+        unreadable["Persistence Mode"] = persistence
+        persistence = None
+    fabric = {}
+    for key in ("Fabric/State", "Fabric/Status"):
+        value = fields.get(key)
+        if value is not None and _is_error_value(value):
+            unreadable[key] = value
+            value = None
+        fabric[key] = value
     return {
-        "persistence_mode": fields.get("Persistence Mode"),
-        "fabric_state": fields.get("Fabric/State"),
-        "fabric_status": fields.get("Fabric/Status"),
+        "persistence_mode": persistence,
+        "fabric_state": fabric["Fabric/State"],
+        "fabric_status": fabric["Fabric/Status"],
         "retired_pages_pending": pending,
-        "row_remap_pending": _yes_no(fields.get("Remapped Rows/Pending"), "Remapped Rows/Pending"),
+        "row_remap_pending": _yes_no(fields.get("Remapped Rows/Pending"), "Remapped Rows/Pending", unreadable),
         "row_remap_failure": _yes_no(fields.get("Remapped Rows/Remapping Failure Occurred"),
-                                     "Remapped Rows/Remapping Failure Occurred"),
+                                     "Remapped Rows/Remapping Failure Occurred", unreadable),
         "volatile_uncorrectable": volatile,
+        "unreadable": unreadable,
     }
+
+
+_HANDLE_RE = re.compile(r"Unable to determine the device handle for (?:GPU|gpu)\s*"
+                        r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*:?\s*(?P<why>.*)$")
+
+
+def split_device_handle_errors(text):
+    """``(rest, {pci_address: why})``: nvidia-smi's ``Unable to determine the device handle for GPU <bus id>: <why>``
+    lines (a GPU the driver cannot reach; nvidia-smi prints the others and exits non-zero) taken out of its output,
+    each by the GPU's PCI address."""
+    rest, unreachable = [], {}
+    for line in (text or "").splitlines():
+        match = _HANDLE_RE.search(line)
+        if match:
+            bus = match.group("bus")
+            if "." not in bus:
+                bus += ".0"
+            domain, rest_of = bus.split(":", 1)
+            unreachable[f"{domain[-4:]}:{rest_of}".lower()] = match.group("why").strip() or "no reason given"
+        else:
+            rest.append(line)
+    return "\n".join(rest) + ("\n" if rest else ""), unreachable
+
+
+def query_completeness(header, sections):
+    """``(why, bus id)``: why an ``nvidia-smi -q`` output looks cut short and the GPU whose section was cut (its
+    fields are not to be judged), or ``(None, None)``. Cut short: a section without ``Product Name``, a last
+    section without the top-level key every other section ends with (``Processes``), or fewer GPU sections than
+    its ``Attached GPUs``."""
+    for bus, fields in sections:
+        if "Product Name" not in fields:
+            return f"the section of GPU {bus} has no Product Name", bus
+    if len(sections) >= 2:
+        tops = [[k for k in f if "/" not in k] for _bus, f in sections]
+        endings = {t[-1] for t in tops[:-1] if t}
+        if len(endings) == 1:
+            (ending,) = endings
+            if ending not in tops[-1]:
+                return (f"the section of GPU {sections[-1][0]} ends before {ending!r}, which every other section "
+                        "has", sections[-1][0])
+    attached = str(header.get("Attached GPUs") or "").strip()
+    if attached.isdigit() and int(attached) > len(sections):
+        return f"it lists {len(sections)} GPU section(s) of Attached GPUs {attached}", None
+    return None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,14 +357,35 @@ def _gpu_conditions(hw, observed, expect):
         return out
     smi = observed.get("nvidia_smi") or {}
     if smi.get("error"):
+        if smi.get("timed_out"):
+            return [condition("GPUDriverUnavailable", "NvidiaSmiTimedOut", f"nvidia-smi -q: {smi['error']}",
+                              "nvidia-smi", "gpu", "investigate", status="Unknown")]
         return [condition("GPUDriverUnavailable", "NvidiaSmiFailed", f"nvidia-smi -q: {smi['error']}",
                           "nvidia-smi", "gpu", "investigate")]
     gpus = smi.get("gpus") or {}
-    for pci in discovered:
-        if pci not in gpus:
-            out.append(condition("GPUMissing", "GPUNotVisible",
-                                 f"GPU {pci}: discovery found it, nvidia-smi -q shows {len(gpus)} of "
-                                 f"{len(discovered)} GPUs and not this one", pci, "gpu_count", "hardware"))
+    unreachable = smi.get("unreachable") or {}
+    for pci, why in sorted(unreachable.items()):
+        out.append(condition("GPUUnreachable", "DeviceHandleUnavailable",
+                             f"GPU {pci}: nvidia-smi cannot reach it (Unable to determine the device handle: {why})",
+                             pci, "gpu", "reset"))
+    if smi.get("parse_error") or smi.get("incomplete"):
+        # What is missing from a cut or unreadable output says nothing about the hardware.
+        reason = "OutputUnparseable" if smi.get("parse_error") else "OutputTruncated"
+        what = smi.get("parse_error") or f"the output is cut short: {smi['incomplete']}"
+        out.append(condition("GPUQueryIncomplete", reason, f"nvidia-smi -q: {what}; GPUs not in it are not judged",
+                             "nvidia-smi", "gpu_query", "investigate", status="Unknown"))
+    else:
+        for pci in discovered:
+            if pci not in gpus and pci not in unreachable:
+                out.append(condition("GPUMissing", "GPUNotVisible",
+                                     f"GPU {pci}: discovery found it, nvidia-smi -q shows {len(gpus)} of "
+                                     f"{len(discovered)} GPUs and not this one", pci, "gpu_count", "hardware"))
+    for pci, gpu in sorted(gpus.items()):
+        if gpu.get("unreadable"):
+            out.append(condition("GPUFieldUnreadable", "UnreadableValue", f"GPU {pci}: nvidia-smi -q printed "
+                                 + "; ".join(f"{v!r} for {k}" for k, v in sorted(gpu["unreadable"].items()))
+                                 + " (not a value it reports; the GPU's other fields are judged)", pci, "gpu",
+                                 "investigate", status="Unknown"))
     for pci, gpu in sorted(gpus.items()):
         if gpu.get("retired_pages_pending"):
             out.append(condition("GPURetiredPagesPending", "PendingPageRetirement",
@@ -305,11 +403,12 @@ def _gpu_conditions(hw, observed, expect):
             out.append(condition("GPUUncorrectableECC", "VolatileUncorrectableECC",
                                  f"GPU {pci}: {gpu['volatile_uncorrectable']} volatile uncorrectable ECC errors "
                                  "since the last driver load", pci, "ecc", "reset"))
-        if (gpu.get("persistence_mode") or "") != "Enabled":
+        if (gpu.get("persistence_mode") or "") != "Enabled" and "Persistence Mode" not in (gpu.get("unreadable") or {}):
             out.append(condition("GPUPersistenceModeOff", "PersistenceModeDisabled",
                                  f"GPU {pci}: Persistence Mode {gpu.get('persistence_mode') or 'not reported'}, "
                                  "expected Enabled", pci, "persistence", "reconfigure"))
-        if hw.get("fabric_manager_required"):
+        fabric_unread = {"Fabric/State", "Fabric/Status"} & set(gpu.get("unreadable") or {})
+        if hw.get("fabric_manager_required") and not fabric_unread:
             state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
             if state != "Completed" or status not in ("Success", None):
                 out.append(condition("GPUFabricNotReady", "FabricState" + re.sub(r"\W", "", str(state)),
@@ -351,6 +450,10 @@ def _pcie_conditions(hw, observed, expect):
         if link.get("missing"):
             out.append(condition("PCIeDeviceMissing", "NotInSysfs", f"{label}: gone from {link['missing']}",
                                  pci, "pcie", "hardware"))
+            continue
+        if link.get("error"):
+            out.append(condition("PCIeLinkDegraded", "LinkUnreadable", f"{label}: {link['error']}", pci, "pcie",
+                                 "investigate", status="Unknown"))
             continue
         width, max_width = link.get("current_width"), link.get("max_width")
         if width is not None and max_width and width < max_width:
@@ -434,6 +537,10 @@ def _process_conditions(observed, expect):
     procs = observed.get("processes") or {}
     threshold = expect.get("d_state_min_age_s", 300)
     out = []
+    for text in procs.get("unparsed") or []:
+        pid = text.split("/stat:")[0].rsplit("/", 1)[-1]
+        out.append(condition("DStateProcess", "ProcStatUnreadable", text, f"pid {pid}", "processes", "investigate",
+                             status="Unknown"))
     for proc in procs.get("d_state") or []:
         if proc["age_s"] is not None and proc["age_s"] < threshold:
             continue

@@ -29,14 +29,28 @@ def _nvidia_smi(module):
     if not binary:
         return {"error": "not installed (no nvidia-smi on PATH)"}
     rc, out, err = node_reads.run(module, [binary, "-q"])
-    if rc != 0:
+    if node_reads.is_timeout(rc, err):
+        return {"error": err, "timed_out": True}
+    rest, unreachable = node_health.split_device_handle_errors(out)
+    more, unreachable_err = node_health.split_device_handle_errors(err)
+    unreachable.update(unreachable_err)
+    if rc != 0 and not unreachable:
         return {"error": f"exit status {rc}: {(err or out).strip()}"}
+    observed = {"gpus": {}, "unreachable": unreachable}
     try:
-        _header, sections = nvidia_smi.parse_query_tree(out)
-        return {"gpus": {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
-                         for bus, fields in sections}}
+        header, sections = nvidia_smi.parse_query_tree(rest)
     except ParseError as exc:
-        raise HealthReadError(str(exc)) from None
+        return {**observed, "parse_error": str(exc)}
+    incomplete, cut = node_health.query_completeness(header, sections)
+    observed["gpus"] = {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
+                        for bus, fields in sections if bus != cut}
+    # A GPU nvidia-smi could not reach is listed in Attached GPUs without a section of its own.
+    if incomplete and cut is None and unreachable and str(header.get("Attached GPUs", "")).strip() == str(len(sections)
+                                                                                          + len(unreachable)):
+        incomplete = None
+    if incomplete:
+        observed["incomplete"] = incomplete
+    return observed
 
 
 def _kernel_log(module):
@@ -46,10 +60,15 @@ def _kernel_log(module):
     rc, out, err = node_reads.run(module, [binary, "--time-format=iso"])
     if rc != 0:
         return {"error": f"dmesg --time-format=iso: exit status {rc}: {(err or out).strip()}"}
-    try:
-        return {"xids": node_health.parse_kernel_log(out)}
-    except ParseError as exc:
-        raise HealthReadError(str(exc)) from None
+    unparsed = []
+    xids = node_health.parse_kernel_log(out, unparsed)
+    for bad in unparsed:
+        # One line of an unknown shape is reported; the rest of the log is read.
+        warn = getattr(module, "warn", None)
+        if warn:
+            warn(f"kernel log line {bad['line']} looks like an Xid line but is of no known shape, left out: "
+                 f"{bad['text']}")
+    return {"xids": xids, "unparsed": unparsed}
 
 
 def _pcie(root, addresses):
@@ -71,8 +90,9 @@ def _pcie(root, addresses):
                 continue
             try:
                 link[key] = parse(text, path)
-            except ParseError as exc:
-                raise HealthReadError(str(exc)) from None
+            except ParseError as exc:  # one unreadable file: named for this device, the others are read
+                link = {"error": str(exc)}
+                break
         out[pci] = link
     return out
 
@@ -86,8 +106,12 @@ def _rails(root, rails):
         if state_text is None:
             out[pci] = {"error": f"RDMA port {rail.get('rdma_device')} is gone ({port}/state unreadable)"}
             continue
-        _num, state = parse_state(state_text)
-        rate, _width, _name = parse_rate(node_reads.read_text(os.path.join(port, "rate")))
+        try:
+            _num, state = parse_state(state_text)
+            rate, _width, _name = parse_rate(node_reads.read_text(os.path.join(port, "rate")))
+        except (ParseError, ValueError, TypeError) as exc:  # this rail's port is named; the others are read
+            out[pci] = {"error": f"RDMA port {rail.get('rdma_device')}: {exc}"}
+            continue
         numvfs = node_reads.read_text(os.path.join(root, "bus", "pci", "devices", pci, "sriov_numvfs"))
         out[pci] = {"state": state, "rate_gbps": rate,
                     "sriov_numvfs": int(numvfs) if numvfs and numvfs.isdigit() else None}
@@ -104,22 +128,23 @@ def _processes(proc_root):
     except ParseError as exc:
         raise HealthReadError(str(exc)) from None
     ticks = os.sysconf("SC_CLK_TCK")
-    found = []
+    found, unparsed = [], []
     for name in sorted((n for n in os.listdir(proc_root) if n.isdigit()), key=int):
         stat = node_reads.read_text(os.path.join(proc_root, name, "stat"))
         if stat is None:  # the process ended between listdir and read
             continue
         try:
             parsed = node_health.parse_proc_stat(stat)
-        except ParseError as exc:
-            raise HealthReadError(f"{proc_root}/{name}/stat: {exc}") from None
+        except ParseError as exc:  # one process is named; the others are read
+            unparsed.append(f"{proc_root}/{name}/stat: {exc}")
+            continue
         if parsed["state"] != "D":
             continue
         cmdline = node_reads.read_text(os.path.join(proc_root, name, "cmdline"))
         cmd = " ".join(p for p in (cmdline or "").split("\0") if p) or f"[{parsed['comm']}]"
         found.append({"pid": parsed["pid"], "cmd": cmd,
                       "age_s": round(max(0.0, uptime - parsed["starttime_ticks"] / ticks), 1)})
-    return {"d_state": found}
+    return {"d_state": found, "unparsed": unparsed}
 
 
 PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")

@@ -123,6 +123,14 @@ options:
     description: Prefix of O(files) (C(/) on a host; a tree in tests).
     type: path
     default: /
+  timeout:
+    description:
+      - Seconds each tool call (C(nvidia-smi), C(mlxconfig), C(mlxreg), C(mlnx_qos), C(lldpctl), C(dpkg-query) ...)
+        may take before C(timeout(1)) ends it (1 to 3600). A C(nvidia-smi) that hangs is reported in
+        RV(host_state.nvidia_smi) (C(error), saying it timed out); another tool that hangs fails the read naming it.
+      - One C(lldpctl -f keyvalue) line of no known form is reported as a warning and the other lines are read.
+    type: int
+    default: 60
   result_files:
     description:
       - Also read the text of the collection's result files in this directory (every C(*.json) file, as
@@ -474,8 +482,12 @@ class Reader:
         ethernet = [r for r in rails if r.get("link_layer") != "InfiniBand" and r.get("netdev")]
         infiniband = [r for r in rails if r.get("link_layer") == "InfiniBand" and r.get("rdma_device")]
         if ethernet:
+            unparsed = []
             heard = self._neighbour_tool(sources, "lldp", "lldpctl", ["-f", "keyvalue"], "the LLDP neighbours",
-                                         nb.parse_lldpctl_keyvalue)
+                                         lambda text: nb.parse_lldpctl_keyvalue(text, unparsed))
+            for bad in unparsed:  # one line of an unknown form is reported; the others are read
+                self.module.warn(f"host_state: lldpctl -f keyvalue line {bad['line']} is of no known form, left "
+                                 f"out: {bad['text']}")
             for rail in ethernet if heard else []:
                 found = (heard.get(rail["netdev"]) or [None])[0]
                 if found and found.get("switch"):
@@ -550,11 +562,15 @@ def main():
             "connection_address": {"type": "str"},
             "read_workers": {"type": "int", "default": 8},
             "result_files": {"type": "path"},
+            "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
     host = name_the_host(module, "host_state")
     params = module.params
+    if not 1 <= params["timeout"] <= 3600:
+        module.fail_json(msg=f"host_state: timeout {params['timeout']} must be 1 to 3600 seconds")
+    node_reads.set_timeout(module, params["timeout"])
     sysfs_root = params["sysfs_root"]
     reader = Reader(module)
     management, network_facts = None, {}

@@ -94,12 +94,29 @@ options:
         idle (PCIe cards); the width is always compared.
     type: bool
     default: true
+  timeout:
+    description:
+      - Seconds each tool call (C(nvidia-smi), C(dmesg), C(mlxreg), C(mlnx_qos)) may take before C(timeout(1)) ends
+        it (1 to 3600). A tool that hangs gives a condition naming it (C(nvidia-smi): C(GPUDriverUnavailable),
+        reason C(NvidiaSmiTimedOut)), and the rest of the host is read.
+    type: int
+    default: 60
 notes:
   - >-
-    Errors: a missing or failing C(nvidia-smi) gives the condition C(GPUDriverUnavailable); an unreadable kernel log
-    or register gives a condition with status C(Unknown). The module fails only on bad input (O(hw) without
-    C(gpus)/C(rails)), an unreadable O(sysfs_root) or O(proc_root), or output of a format it does not know
-    (C(nvidia-smi -q), an C(NVRM: Xid) line, a sysfs link or proc file), naming the file or line.
+    Errors: a missing or failing C(nvidia-smi) gives the condition C(GPUDriverUnavailable), one that hangs the same
+    with status C(Unknown); an unreadable kernel log or register gives a condition with status C(Unknown).
+  - >-
+    One bad read does not stop the others. A GPU field that reads C(ERR!), C([Unknown Error]) or any value of no
+    known form gives C(GPUFieldUnreadable) naming the GPU and the field, and its other fields are judged; a GPU
+    nvidia-smi cannot reach (C(Unable to determine the device handle for GPU ...)) gives C(GPUUnreachable) naming
+    it. An C(nvidia-smi -q) output cut short (fewer GPU sections than C(Attached GPUs), a last section that ends
+    early) or of a format it does not know gives C(GPUQueryIncomplete) with status C(Unknown), and no GPU is then
+    judged missing. An C(NVRM: Xid) line of an unknown shape is reported as a warning and the rest of the log is
+    read; an unreadable sysfs link file or proc file gives a condition with status C(Unknown) for that device or
+    process.
+  - >-
+    The module fails only on bad input (O(hw) without C(gpus)/C(rails), a bad O(expect) or O(timeout)), or an
+    unreadable O(sysfs_root) or O(proc_root), naming the option.
 seealso:
   - module: mlplatform.gpunode.node_validation
   - module: mlplatform.gpunode.nic_info
@@ -135,7 +152,8 @@ conditions:
   contains:
     type:
       description: >-
-        One of GPUMissing, GPUDriverUnavailable, KernelLogUnavailable, GPUFallenOffBus (Xid 79), GPUDoubleBitECCError
+        One of GPUMissing, GPUDriverUnavailable, GPUQueryIncomplete, GPUUnreachable, GPUFieldUnreadable,
+        KernelLogUnavailable, GPUFallenOffBus (Xid 79), GPUDoubleBitECCError
         (48), GPURowRemapEvent (63), GPURowRemapFailure (64 or Remapping Failure Occurred), GPUNVLinkError (74),
         GPUUncontainedECCError (95), GPUXidError (other O(xids)), GPURetiredPagesPending, GPUUncorrectableECC,
         GPUFabricNotReady, GPUPersistenceModeOff, PCIeLinkDegraded, PCIeDeviceMissing, RailLinkDown,
@@ -148,7 +166,8 @@ conditions:
     reason:
       description: >-
         CamelCase cause, for example Xid79, PendingPageRetirement, RowRemapPending, VolatileUncorrectableECC,
-        PCIeWidthDowngraded, PCIeSpeedDowngraded, PortNotActive, RateBelowDiscovered, VFCountChanged,
+        PCIeWidthDowngraded, PCIeSpeedDowngraded, NvidiaSmiTimedOut, OutputTruncated, OutputUnparseable,
+        DeviceHandleUnavailable, UnreadableValue, PortNotActive, RateBelowDiscovered, VFCountChanged,
         AdaptiveRoutingChanged, TrustChanged, PFCChanged, ECNChanged, QoSChanged, ProcessStuckInDState.
       type: str
     message:
@@ -160,8 +179,8 @@ conditions:
       type: str
     check:
       description: >-
-        The check that found it (gpu_count, gpu, xid, retired_pages, ecc, persistence, fabric, pcie, rail, vfs,
-        roce_accl, qos, processes).
+        The check that found it (gpu_count, gpu, gpu_query, xid, retired_pages, ecc, persistence, fabric, pcie, rail,
+        vfs, roce_accl, qos, processes).
       type: str
     remedy:
       description: >-
@@ -181,7 +200,7 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health_read import HealthReadError, observe
 
@@ -202,6 +221,7 @@ def main():
             "xids": {"type": "list", "elements": "int", "default": list(node_health.DEFAULT_XIDS)},
             "d_state_min_age": {"type": "int", "default": 300},
             "pcie_gpu_speed": {"type": "bool", "default": True},
+            "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
@@ -222,6 +242,9 @@ def main():
                          f"(known: {', '.join(node_health.QOS_KEYS)})")
     if params["d_state_min_age"] < 0:
         module.fail_json(msg="node_health: d_state_min_age must be 0 or more seconds")
+    if not 1 <= params["timeout"] <= 3600:
+        module.fail_json(msg=f"node_health: timeout {params['timeout']} must be 1 to 3600 seconds")
+    node_reads.set_timeout(module, params["timeout"])
     for path, what in ((params["sysfs_root"], "sysfs_root"), (params["proc_root"], "proc_root")):
         if not os.path.isdir(path):
             module.fail_json(msg=f"node_health: {what} {path} is not a directory")
