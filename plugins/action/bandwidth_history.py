@@ -67,12 +67,14 @@ class ActionModule(ActionBase):
         version = str(args.get("version") or collection_info()["version"] or "unknown")
 
         fleet = FleetVars(task_vars["hostvars"])
-        rows, missing = [], []
+        rows, missing, harness = [], [], {}
         for host in hosts:
             value = fleet.get(host, result_var)
             if value is None:
                 missing.append(host)
                 continue
+            if bh.harness_errors(host, value):
+                harness[host] = bh.harness_errors(host, value)
             try:
                 rows.extend(bh.rows_from_validation(host, value, time=now, run=run, version=version))
             except bh.HistoryError as exc:
@@ -95,7 +97,9 @@ class ActionModule(ActionBase):
             by_host.setdefault(finding["host"], []).append(bh.describe(finding))
         recorded = 0 if self._task.check_mode else len(rows)
         result.update(changed=recorded > 0, recorded=recorded, run=run, version=version, rails=findings,
-                      regressions=flagged, by_host=by_host, trend=trends,
+                      regressions=flagged, by_host=by_host, trend=trends, harness_errors=harness,
                       msg=f"{len(rows)} result(s) of {len(keys)} rail(s) recorded in {db}; "
-                          f"{len(flagged)} rail(s) regressed, below line rate or failed")
+                          f"{len(flagged)} rail(s) regressed, below line rate or failed"
+                          + (f"; harness errors (not the hosts'): {sum(map(len, harness.values()))} test(s) on "
+                             f"{', '.join(sorted(harness))}" if harness else ""))
         return result

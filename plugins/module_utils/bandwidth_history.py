@@ -36,6 +36,8 @@ def rows_from_validation(host, result, *, time, run, version):
         where = f"{host}: validation_result.pairs[{index}]"
         if not isinstance(pair, dict):
             raise HistoryError(f"{where} is not a mapping")
+        if pair.get("status") == "harness_error":  # the harness failed (port, bind, a tool): nothing was measured
+            continue
         try:
             rail, peer_rail = int(pair["rail"]), int(pair["peer_rail"])
             peer, side = str(pair["peer"]), str(pair["side"])
@@ -50,6 +52,13 @@ def rows_from_validation(host, result, *, time, run, version):
                      "gbps": gbps, "line_rate_gbps": line_rate, "time": float(time), "run": str(run),
                      "version": str(version)})
     return rows
+
+
+def harness_errors(host, result):
+    """The reasons of one host's tests the harness failed (``status: harness_error``): not measurements, not the
+    host's findings."""
+    pairs = (result or {}).get("pairs") if isinstance(result, dict) else None
+    return [str(p.get("reason")) for p in pairs or [] if isinstance(p, dict) and p.get("status") == "harness_error"]
 
 
 def baseline(values, window):

@@ -138,6 +138,13 @@ by_host:
   type: dict
   sample: {dgx1: ["dgx1 rail 3 (as client, peer hgx1 rail 3): 346 Gb/s is 9.9% below its own baseline 384 Gb/s
                    (median of its last 5 results)"]}
+harness_errors:
+  description: Host to the reasons of its tests the harness failed (C(status=harness_error) in its validation
+    result, such as a port taken by another process); they are not measurements and not recorded in the history.
+  returned: always
+  type: dict
+  sample: {dgx1: ["rail 0 mlx5_0 as server <-> hgx1 mlx5_0: harness error, the server did not run: port 18515 is
+                   already in use (another process listens on it): not started (failed side: harness)"]}
 trend:
   description: C(host/rail) to its latest runs, oldest first, each C({run, time, gbps}) with the run's lowest result.
   returned: always

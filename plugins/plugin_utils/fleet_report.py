@@ -382,6 +382,7 @@ def validation_summary(name: str, validation: dict | None) -> dict:
         "checks": len(checks),
         "failed_checks": sum(1 for c in checks if c.get("status") == "fail"),
         "pairs": [{**p, "host": p.get("host") or name} for p in pairs],
+        "harness_errors": [p.get("reason") for p in pairs if p.get("status") == "harness_error"],
         "taint": validation.get("taint"),
     }
 
@@ -732,9 +733,14 @@ def html_host_details(hosts: list[dict]) -> str:
         else:
             out.append("<p>No discovery result.</p>\n")
         pairs = v["pairs"]
+        if v.get("harness_errors"):
+            out.append('<p class="harness">Harness errors (the test harness failed, not this host; nothing was '
+                       "measured):</p>\n<ul>" + "".join(f"<li>{esc(str(r))}</li>" for r in v["harness_errors"])
+                       + "</ul>\n")
         if pairs:
             bad = [p for p in pairs if p.get("status") == "fail"]
-            out.append(f"<p><code>ib_write_bw</code>: {len(pairs) - len(bad)} of {len(pairs)} tests passed (as "
+            good = sum(1 for p in pairs if p.get("status") == "pass")
+            out.append(f"<p><code>ib_write_bw</code>: {good} of {len(pairs)} tests passed (as "
                        "server or client; all figures in the heatmap).</p>\n")
             if bad:
                 out.append('<table class="pairs">\n<tr><th>rail</th><th>side</th><th>peer</th><th>peer rail</th>'
