@@ -97,8 +97,8 @@ options:
   timeout:
     description:
       - Seconds each tool call (C(nvidia-smi), C(dmesg), C(mlxreg), C(mlnx_qos)) may take before C(timeout(1)) ends
-        it (1 to 3600). A tool that hangs gives a condition naming it (C(nvidia-smi): C(GPUDriverUnavailable),
-        reason C(NvidiaSmiTimedOut)), and the rest of the host is read.
+        it (1 to 3600). A tool that hangs gives a condition naming it (for C(nvidia-smi), C(GPUDriverUnavailable)
+        with reason C(NvidiaSmiTimedOut)), and the rest of the host is read.
     type: int
     default: 60
 notes:
