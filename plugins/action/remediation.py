@@ -29,11 +29,13 @@ def open_db(path, check_mode=False):
 
 
 def read_records(conn):
-    """host -> ``{state, attempts, fabric, reason, cordoned_before}`` of every host recorded."""
+    """host -> ``{state, attempts, fabric, reason, cordoned_before, handled_at}`` of every host recorded;
+    ``handled_at`` is the time of its last ``returned`` event (its last return to service), or None."""
     return {h: {"fabric": f, "state": s, "attempts": a, "reason": r,
-                "cordoned_before": None if c is None else bool(c)}
-            for h, f, s, a, r, c in conn.execute("SELECT host, fabric, state, attempts, reason, cordoned_before "
-                                                 "FROM remediation")}
+                "cordoned_before": None if c is None else bool(c), "handled_at": t}
+            for h, f, s, a, r, c, t in conn.execute(
+                "SELECT host, fabric, state, attempts, reason, cordoned_before, (SELECT MAX(time) FROM events "
+                "WHERE events.host = remediation.host AND step = 'returned') FROM remediation")}
 
 
 def release(conn, hosts, records, run, now):

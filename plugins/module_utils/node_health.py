@@ -44,7 +44,9 @@ has no condition. ``remedy`` is ``hardware`` (needs hardware service: a re-run c
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError, text_lines
 
@@ -144,6 +146,44 @@ def parse_kernel_log(text, unparsed=None):
             "line": lineno,
         })
     return events
+
+
+def event_epoch(stamp, boot_epoch=None):
+    """Seconds since the epoch of a kernel log time stamp (``_split_prefix``): an ISO time with its offset, a ctime
+    (local time, as ``dmesg -T`` prints it), or seconds since boot with ``boot_epoch``; None when it cannot be
+    known."""
+    if not stamp:
+        return None
+    text = str(stamp).strip()
+    if re.match(r"^\d+\.\d+$", text):
+        return None if boot_epoch is None else boot_epoch + float(text)
+    iso = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?(?:(Z)|([+-])(\d\d):?(\d\d))$", text)
+    if iso:
+        base = datetime.datetime.strptime(iso.group(1), "%Y-%m-%dT%H:%M:%S")
+        offset = 0 if iso.group(3) else (int(iso.group(5)) * 60 + int(iso.group(6))) * (
+            1 if iso.group(4) == "+" else -1)
+        moment = base.replace(tzinfo=datetime.timezone(datetime.timedelta(minutes=offset)))
+        return moment.timestamp() + float("0." + (iso.group(2) or "0"))
+    try:
+        return time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y"))
+    except ValueError:
+        return None
+
+
+def parse_time(value):
+    """A time given by a user: seconds since the epoch (a finite number) or an ISO 8601 time with its offset;
+    None when it is neither."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return event_epoch(text) if "T" in text else None
+    return number if number == number and abs(number) != float("inf") else None
 
 
 def parse_proc_stat(text):
@@ -417,25 +457,62 @@ def _gpu_conditions(hw, observed, expect):
     return out
 
 
+# Xids whose fault the GPU's state shows while it lasts, and the state that shows it is gone (a GPU reset or a
+# driver reload since cleared it): Xid 48, a double bit error, counts in the volatile uncorrectable ECC errors
+# (zeroed at driver load or GPU reset); Xid 63, a row remap pending, in Remapped Rows: Pending.
+CLEARED_BY_STATE = {
+    48: (lambda gpu: gpu.get("volatile_uncorrectable") == 0,
+         "its volatile uncorrectable ECC count reads 0 now (reset since)"),
+    63: (lambda gpu: gpu.get("row_remap_pending") is False, "no row remap is pending now (applied since)"),
+}
+
+
+def _xid_state_cleared(xid, gpu):
+    """Why the GPU's current state shows an Xid handled (None when it does not, or cannot be read)."""
+    rule = CLEARED_BY_STATE.get(xid)
+    if not rule or not gpu or gpu.get("unreadable"):
+        return None
+    cleared, why = rule
+    return why if cleared(gpu) else None
+
+
 def _xid_conditions(hw, observed, expect):
+    """One condition per GPU and Xid, judged against the GPU's current state and the last handling recorded
+    (``expect['xid_handled_before']``, seconds since the epoch): events a GPU reset or a remediation since has
+    handled are listed in ``observed['kernel_log']['handled']`` instead."""
     log = observed.get("kernel_log") or {}
     if log.get("error"):
         return [condition("KernelLogUnavailable", "KernelLogUnreadable", f"kernel log: {log['error']}",
                           "dmesg", "xid", "investigate", status="Unknown")]
     wanted = set(expect.get("xids", DEFAULT_XIDS))
-    groups = {}
+    handled_before = expect.get("xid_handled_before")
+    gpus = (observed.get("nvidia_smi") or {}).get("gpus") or {}
+    groups, handled = {}, []
     for event in log.get("xids") or []:
-        if event["xid"] in wanted:
-            groups.setdefault((event["pci_address"], event["xid"]), []).append(event)
+        if event["xid"] not in wanted:
+            continue
+        epoch = event.get("epoch")
+        if handled_before is not None and epoch is not None and epoch <= handled_before:
+            handled.append({**event, "why": "logged before the last handling recorded for the host"})
+            continue
+        groups.setdefault((event["pci_address"], event["xid"]), []).append(event)
     out = []
     for (pci, xid), events in sorted(groups.items()):
+        cleared = _xid_state_cleared(xid, gpus.get(pci))
+        if cleared:
+            handled += [{**e, "why": f"GPU {pci}: {cleared}"} for e in events]
+            continue
         type_, meaning, remedy = XIDS.get(xid, ("GPUXidError", f"Xid {xid}", "investigate"))
         first, last = events[0], events[-1]
         when = f", first at {first['time']}, last at {last['time']}" if first["time"] else ""
         text = f": {last['text']}" if last["text"] else ""
-        out.append(condition(type_, f"Xid{xid}",
-                             f"GPU {pci}: Xid {xid} ({meaning}) {len(events)} time(s) since boot{when}{text}",
-                             pci, "xid", remedy))
+        cond = condition(type_, f"Xid{xid}",
+                         f"GPU {pci}: Xid {xid} ({meaning}) {len(events)} time(s) since boot{when}{text}",
+                         pci, "xid", remedy)
+        cond["last_seen"] = last.get("epoch")
+        out.append(cond)
+    if handled and isinstance(observed.get("kernel_log"), dict):
+        observed["kernel_log"]["handled"] = handled
     return out
 
 

@@ -14,6 +14,7 @@ procfs. Reads have no side effects.
 from __future__ import annotations
 
 import os
+import time
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads, nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
@@ -53,7 +54,15 @@ def _nvidia_smi(module):
     return observed
 
 
-def _kernel_log(module):
+def _boot_epoch(proc_root):
+    """Seconds since the epoch at boot (now minus ``<proc_root>/uptime``), None when it cannot be read."""
+    try:
+        return time.time() - node_health.parse_uptime(node_reads.read_text(os.path.join(proc_root, "uptime")))
+    except ParseError:
+        return None
+
+
+def _kernel_log(module, proc_root="/proc"):
     binary = module.get_bin_path("dmesg")
     if not binary:
         return {"error": "no dmesg on PATH"}
@@ -62,6 +71,9 @@ def _kernel_log(module):
         return {"error": f"dmesg --time-format=iso: exit status {rc}: {(err or out).strip()}"}
     unparsed = []
     xids = node_health.parse_kernel_log(out, unparsed)
+    boot = _boot_epoch(proc_root)
+    for event in xids:
+        event["epoch"] = node_health.event_epoch(event["time"], boot)
     for bad in unparsed:
         # One line of an unknown shape is reported; the rest of the log is read.
         warn = getattr(module, "warn", None)
@@ -163,7 +175,7 @@ def observe(module, root, proc_root, hw, expect, parts=PARTS):
     if "gpu" in parts:
         observed["nvidia_smi"] = _nvidia_smi(module) if hw.get("gpus") else {"gpus": {}}
     if "xid" in parts:
-        observed["kernel_log"] = _kernel_log(module) if hw.get("gpus") else {"xids": []}
+        observed["kernel_log"] = _kernel_log(module, proc_root) if hw.get("gpus") else {"xids": []}
     if "pcie" in parts:
         observed["pcie"] = _pcie(root, [g["pci_address"] for g in hw.get("gpus") or []]
                                  + [r["pci_address"] for r in rails])

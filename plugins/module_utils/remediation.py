@@ -111,6 +111,23 @@ def hardware_conditions(finding):
     return [c for c in finding.get("conditions") or [] if c.get("remedy") == "hardware"]
 
 
+def judged_now(finding, record):
+    """``(finding, handled)``: the finding without the Xid conditions whose last event is not after the last
+    handling recorded for the host (``record['handled_at']``, seconds since the epoch: its last return to service),
+    and those conditions. An old event judged once does not make a new remediation."""
+    handled_at = (record or {}).get("handled_at")
+    if handled_at is None:
+        return finding, []
+    keep, handled = [], []
+    for cond in finding.get("conditions") or []:
+        seen = cond.get("last_seen") if isinstance(cond, dict) else None
+        if cond.get("check") == "xid" and isinstance(seen, (int, float)) and seen <= handled_at:
+            handled.append(cond)
+        else:
+            keep.append(cond)
+    return {**finding, "conditions": keep}, handled
+
+
 def _check(findings, fabrics, records):
     if not isinstance(findings, dict):
         raise RemediationError("findings: expected a mapping of host to its findings")
@@ -136,8 +153,10 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
     the hosts its failed or regressed rails were measured against, ``checks`` its own failed read-back checks.
     ``fabrics``: host -> fabric name, for the hosts of this run (and any other host of the inventory, which then
     counts in its fabric's size and, cordoned, against its budget).
-    ``records``: host -> ``{state, attempts, fabric, cordoned_before}`` from earlier runs (any host, also hosts not in
-    this run); ``cordoned_before`` is whether its Node was cordoned when remediation took it out (None: unknown).
+    ``records``: host -> ``{state, attempts, fabric, cordoned_before, handled_at}`` from earlier runs (any host, also
+    hosts not in this run); ``cordoned_before`` is whether its Node was cordoned when remediation took it out (None:
+    unknown); ``handled_at`` the time it last returned to service: an Xid condition whose last event is not after it
+    was handled then and is left out (``handled`` in the entry), see judged_now.
     ``nodes``: host -> ``{unschedulable: bool}`` for the hosts whose Node was read now (None: not read).
 
     A host counts against its fabric's ``max_unavailable`` while it is recorded out of service or its Node is
@@ -153,6 +172,10 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
     max_attempts = parse_max_attempts(max_attempts)
     records = records or {}
     _check(findings, fabrics, records)
+    handled = {}
+    findings = dict(findings)
+    for host in findings:
+        findings[host], handled[host] = judged_now(findings[host], records.get(host))
     if nodes is not None and not isinstance(nodes, dict):
         raise RemediationError("nodes: expected a mapping of host to {unschedulable}")
     nodes = nodes or {}
@@ -223,6 +246,7 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
                         "reasons": reasons, "waits_for": waits_for,
                         "hardware": [{"type": c.get("type"), "device": c.get("device"), "message": c.get("message")}
                                      for c in hardware], "message": text,
+                        "handled": [f"{c.get('type')}: {c.get('message')}" for c in handled.get(host, [])],
                         "cordoned_before": before,
                         "uncordon": action in ("return", "remediate") and before is False}
 

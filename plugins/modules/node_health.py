@@ -94,6 +94,14 @@ options:
         idle (PCIe cards); the width is always compared.
     type: bool
     default: true
+  xid_handled_before:
+    description:
+      - The time of the last handling recorded for the host (a GPU reset, a remediation that returned it), as
+        seconds since the epoch or an ISO 8601 time with its offset. Xid events logged at or before it are not
+        conditions; they are listed in RV(observed) C(kernel_log.handled).
+      - Whatever this option, an Xid whose fault the GPU's current state no longer shows is handled too - Xid 48 when
+        the GPU's volatile uncorrectable ECC count reads 0 (reset since), Xid 63 when no row remap is pending.
+    type: raw
   timeout:
     description:
       - Seconds each tool call (C(nvidia-smi), C(dmesg), C(mlxreg), C(mlnx_qos)) may take before C(timeout(1)) ends
@@ -182,6 +190,9 @@ conditions:
         The check that found it (gpu_count, gpu, gpu_query, xid, retired_pages, ecc, persistence, fabric, pcie, rail,
         vfs, roce_accl, qos, processes).
       type: str
+    last_seen:
+      description: For an Xid condition, the time of its last event in seconds since the epoch (null when unknown).
+      type: float
     remedy:
       description: >-
         V(hardware) (needs hardware service; a pipeline re-run cannot fix it), V(reset) (a GPU reset or reboot),
@@ -222,6 +233,7 @@ def main():
             "d_state_min_age": {"type": "int", "default": 300},
             "pcie_gpu_speed": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 60},
+            "xid_handled_before": {"type": "raw"},
         },
         supports_check_mode=True,
     )
@@ -245,6 +257,13 @@ def main():
     if not 1 <= params["timeout"] <= 3600:
         module.fail_json(msg=f"node_health: timeout {params['timeout']} must be 1 to 3600 seconds")
     node_reads.set_timeout(module, params["timeout"])
+    handled_before = None
+    if params["xid_handled_before"] is not None:
+        raw = params["xid_handled_before"]
+        handled_before = node_health.parse_time(raw)
+        if handled_before is None:
+            module.fail_json(msg=f"node_health: xid_handled_before {raw!r} is not a time (seconds since the epoch, "
+                                 "or an ISO 8601 time with its offset such as 2026-12-01T08:00:00+00:00)")
     for path, what in ((params["sysfs_root"], "sysfs_root"), (params["proc_root"], "proc_root")):
         if not os.path.isdir(path):
             module.fail_json(msg=f"node_health: {what} {path} is not a directory")
@@ -254,6 +273,7 @@ def main():
         module.fail_json(msg=f"node_health: {exc}")
     conditions = node_health.evaluate(hw, observed, {
         **expect, "xids": params["xids"], "d_state_min_age_s": params["d_state_min_age"],
+        "xid_handled_before": handled_before,
         "pcie_gpu_speed": params["pcie_gpu_speed"]})
     module.exit_json(changed=False, healthy=not conditions, conditions=conditions, observed=observed)
 

@@ -25,6 +25,9 @@ description:
   - Hosts in C(hardware_service) or C(exhausted) are out whatever the budget, and count against it. A host counts
     against the budget until its Node is schedulable again (a host healthy again but still cordoned counts, and so
     does a Node cordoned by anyone).
+  - Events are judged against the last handling recorded for the host. An Xid condition of
+    M(mlplatform.gpunode.node_health) whose last event (its C(last_seen)) is not after the host's last C(returned)
+    event is left out of the plan (RV(plan) C(handled)).
   - Remediation owns only what it did. The plan reads every Node's cordon state (O(kubeconfig), or O(nodes)) and
     records it when it takes a host out; RV(plan) says C(uncordon=true) only for a host whose Node was schedulable
     then, so a Node an administrator had cordoned stays cordoned when its remediation ends.
@@ -147,12 +150,14 @@ RETURN = r"""
 plan:
   description:
     - With O(step=plan), host to C({action, state, attempts, fabric, reasons, waits_for, hardware, message,
-      cordoned_before, uncordon}).
+      cordoned_before, uncordon, handled}).
       C(state) is the state after the action; C(attempts) counts this run's re-run for C(remediate); C(reasons) are
       the finding's lines; C(waits_for) names the peers with findings of their own that a host deferred for them
       waits for; C(hardware) lists C({type, device, message}) of the conditions only hardware service fixes.
     - C(cordoned_before) is whether the host's Node was cordoned when remediation took it out (null when not known
       or not out); C(uncordon) is true only when returning the host may uncordon its Node (remediation cordoned it).
+    - C(handled) lists the Xid conditions left out because their last event is not after the host's last return to
+      service (the last C(returned) event recorded), so an old event judged once makes no new remediation.
   returned: when step is plan
   type: dict
   sample: {hgx1: {action: remediate, state: remediating, attempts: 1, fabric: east, hardware: [], waits_for: [],
