@@ -77,8 +77,16 @@ options:
     description: The collection version recorded with each row (default the version of this collection).
     type: str
 notes:
-  - Fails, naming the host, when a host of O(hosts) has no O(result_var) or a result entry lacks a field; fails
-    naming the database when it cannot be opened or written. Nothing is recorded then.
+  - Fails, naming the host, when a host of O(hosts) has no O(result_var) or a result entry lacks a field or holds an
+    impossible value (a Gb/s that is not a finite number from 0, above 1.5 times its line rate or above 3200 Gb/s; a
+    rail that is not a whole number; a line rate of 0 or less); fails naming the database when it cannot be opened
+    or written. Nothing is recorded then.
+  - The latest results are the latest runs in the order they were recorded (each run gets a sequence number), not
+    by their time, so a run dated in the future by a clock set wrong does not pin the baseline.
+  - The database has a schema version (C(PRAGMA user_version)) and is moved forward by migrations in one
+    transaction. A file that is not this database (not SQLite, other tables, a newer schema) is refused and left as
+    it is, never chmod'ed. In check mode nothing is created or written, and an existing database is opened
+    read-only (check mode works on a read-only filesystem).
   - "SQLite: U(https://www.sqlite.org/lang_createtable.html); Python's sqlite3 module:
     U(https://docs.python.org/3/library/sqlite3.html)."
 seealso:
