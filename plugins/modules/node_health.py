@@ -124,7 +124,10 @@ notes:
     process.
   - >-
     The module fails only on bad input (O(hw) without C(gpus)/C(rails), a bad O(expect) or O(timeout)), or an
-    unreadable O(sysfs_root) or O(proc_root), naming the option.
+    unreadable O(sysfs_root) or O(proc_root), naming the option. O(expect) is checked whole before anything is read,
+    every problem named (C(expect.roce_accl) a field the ROCE_ACCL register does not have or a value out of its
+    range, C(expect.num_vfs) below 0, C(expect.qos.pfc) not 8 entries of 0 or 1, an ECN priority outside 0..7, a
+    DSCP, ToS or MTU out of range), so an impossible declaration is refused instead of every rail reported drifted.
 seealso:
   - module: mlplatform.gpunode.node_validation
   - module: mlplatform.gpunode.nic_info
@@ -211,9 +214,60 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxreg, node_health, node_reads, roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health_read import HealthReadError, observe
+
+MAX_VFS = 65535  # TotalVFs is a 16-bit field of the SR-IOV capability
+MAX_GBPS = 3200
+
+
+def check_expect(raw):
+    """``(expect, problems)``: the declared values checked before anything is read, each problem naming
+    ``expect.<key>``; values normalized as node_health compares them (PFC a list of 8 ints, ECN priorities sorted)."""
+    expect = {k: v for k, v in raw.items() if v not in (None, {}, "")}
+    problems = []
+    vfs = expect.get("num_vfs")
+    if vfs is not None and not 0 <= vfs <= MAX_VFS:
+        problems.append(f"expect.num_vfs: {vfs} is not a VF count 0..{MAX_VFS}")
+    speed = expect.get("link_speed_gbps")
+    if speed is not None and not 0 < speed <= MAX_GBPS:
+        problems.append(f"expect.link_speed_gbps: {speed} is not a port rate 1..{MAX_GBPS} Gb/s")
+    accl = expect.get("roce_accl") or {}
+    for name, value in sorted(accl.items(), key=lambda kv: str(kv[0])):
+        if name not in mlxreg.ROCE_ACCL_FIELDS:
+            problems.append(f"expect.roce_accl: the ROCE_ACCL register has no field {name!r} (fields: "
+                            f"{', '.join(mlxreg.ROCE_ACCL_FIELDS)})")
+            continue
+        low, high = mlxreg.field_range(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            problems.append(f"expect.roce_accl.{name}: {value!r} is not an integer {low}..{high}")
+    qos = dict(expect.get("qos") or {})
+    unknown = sorted(str(k) for k in set(qos) - set(node_health.QOS_KEYS))
+    if unknown:
+        problems.append(f"expect.qos has unknown keys {', '.join(unknown)} (known: {', '.join(node_health.QOS_KEYS)})")
+    for key in roce_qos.FIELDS:
+        if qos.get(key) is None:
+            continue
+        problem = roce_qos.field_problem(key, qos[key])
+        if problem:
+            problems.append(f"expect.qos.{key}: {problem}")
+        elif key == "pfc":
+            qos[key] = [int(v) for v in qos[key]]
+        elif key in roce_qos.ECN_POINTS:
+            qos[key] = sorted({int(v) for v in qos[key]})
+        elif key != "trust":
+            qos[key] = int(qos[key])
+    if qos.get("pfc_priorities") is not None:
+        prios = qos["pfc_priorities"]
+        if not isinstance(prios, list) or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7
+                                                  for p in prios):
+            problems.append(f"expect.qos.pfc_priorities: {prios!r} is not a list of priorities 0..7")
+        else:
+            qos["pfc_priorities"] = sorted(set(prios))
+    if qos:
+        expect["qos"] = qos
+    return expect, problems
 
 
 def main():
@@ -243,15 +297,10 @@ def main():
     for key in ("gpus", "rails"):
         if not isinstance(hw.get(key), list):
             module.fail_json(msg=f"node_health: hw.{key} is missing: pass the discovery role's gpunode_hw fact")
-    expect = {k: v for k, v in (params["expect"] or {}).items() if v not in (None, {}, "")}
-    bad_accl = sorted(k for k, v in (expect.get("roce_accl") or {}).items()
-                      if not isinstance(v, int) or isinstance(v, bool))
-    if bad_accl:
-        module.fail_json(msg="node_health: expect.roce_accl values must be integers: " + ", ".join(bad_accl))
-    unknown_qos = sorted(set(expect.get("qos") or {}) - set(node_health.QOS_KEYS))
-    if unknown_qos:
-        module.fail_json(msg=f"node_health: expect.qos has unknown keys {', '.join(unknown_qos)} "
-                         f"(known: {', '.join(node_health.QOS_KEYS)})")
+    expect, problems = check_expect(params["expect"] or {})
+    if problems:
+        module.fail_json(msg="node_health: expect is refused, nothing was read: " + "; ".join(problems),
+                         errors=problems)
     if params["d_state_min_age"] < 0:
         module.fail_json(msg="node_health: d_state_min_age must be 0 or more seconds")
     if not 1 <= params["timeout"] <= 3600:
