@@ -370,7 +370,9 @@ def query_completeness(header, sections):
                 return (f"the section of GPU {sections[-1][0]} ends before {ending!r}, which every other section "
                         "has", sections[-1][0])
     attached = str(header.get("Attached GPUs") or "").strip()
-    if attached.isdigit() and int(attached) > len(sections):
+    if not attached.isdigit():
+        return f"its header has no Attached GPUs count (got {attached or 'none'})", None
+    if int(attached) > len(sections):
         return f"it lists {len(sections)} GPU section(s) of Attached GPUs {attached}", None
     return None, None
 

@@ -75,9 +75,24 @@ def _check(hosts):
     for host, data in hosts.items():
         if not isinstance(data, dict) or not isinstance(data.get("rails", []), list):
             raise TopologyError(f"{host}: expected {{fabric, block, rack, rails: [...]}}")
+        seen = set()
         for index, rail in enumerate(data.get("rails") or []):
             if not isinstance(rail, dict) or "rail" not in rail:
                 raise TopologyError(f"{host}: rails[{index}]: expected {{rail, netdev, neighbour}}")
+            number = rail["rail"]
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise TopologyError(f"{host}: rails[{index}].rail: {number!r} is not a rail number (a whole number "
+                                    "from 0)")
+            if number in seen:
+                raise TopologyError(f"{host}: rails[{index}].rail: rail {number} is listed twice")
+            seen.add(number)
+            neighbour = rail.get("neighbour")
+            if neighbour is not None and not isinstance(neighbour, dict):
+                raise TopologyError(f"{host}: rail {number}: neighbour {neighbour!r} is not {{switch, port}}")
+            for key in ("switch", "switch_id", "port"):
+                value = (neighbour or {}).get(key)
+                if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+                    raise TopologyError(f"{host}: rail {number}: neighbour.{key} {value!r} is not a name")
 
 
 def _signature(data):
