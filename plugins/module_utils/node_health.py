@@ -389,7 +389,16 @@ def condition(type_, reason, message, device, check, remedy, status="True"):
 
 def _rail_label(rail):
     netdev = f" ({rail['netdev']})" if rail.get("netdev") else ""
+    if rail.get("discovered_netdev") and rail.get("discovered_netdev") != rail.get("netdev"):
+        netdev = (f" ({rail['netdev']}, discovered as {rail['discovered_netdev']})" if rail.get("netdev")
+                  else f" (no netdev now, discovered as {rail['discovered_netdev']})")
     return f"rail {rail['rail']} NIC {rail['pci_address']}{netdev}"
+
+
+def _now(rail, observed):
+    """The rail with the names its PCI function has now (``observed['names']``, see node_health_read)."""
+    names = (observed.get("names") or {}).get(rail["pci_address"])
+    return {**rail, **names} if names else rail
 
 
 def _gpu_conditions(hw, observed, expect):
@@ -521,7 +530,7 @@ def _xid_conditions(hw, observed, expect):
 def _pcie_conditions(hw, observed, expect):
     out = []
     labels = {g["pci_address"]: f"GPU {g['pci_address']}" for g in hw.get("gpus") or []}
-    labels.update({r["pci_address"]: _rail_label(r) for r in hw.get("rails") or []})
+    labels.update({r["pci_address"]: _rail_label(_now(r, observed)) for r in hw.get("rails") or []})
     check_gpu_speed = expect.get("pcie_gpu_speed", True)
     gpus = {g["pci_address"] for g in hw.get("gpus") or []}
     for pci, link in sorted((observed.get("pcie") or {}).items()):
@@ -550,6 +559,7 @@ def _rail_conditions(hw, observed, expect):
     out = []
     rails_seen = observed.get("rails") or {}
     for rail in hw.get("rails") or []:
+        rail = _now(rail, observed)
         pci, label = rail["pci_address"], _rail_label(rail)
         seen = rails_seen.get(pci)
         if seen is None:
@@ -595,6 +605,10 @@ def _drift_conditions(rail, label, observed, expect):
                 out.append(condition("RailRoceAcclDrift", reason, f"{label}: ROCE_ACCL " + "; ".join(
                     f"{k}={v}, declared {accl_want[k]}" for k, v in bad.items()), pci, "roce_accl", "reconfigure"))
     qos_want = {k: v for k, v in (expect.get("qos") or {}).items() if k in QOS_KEYS and v is not None}
+    if qos_want and rail.get("link_layer") != "InfiniBand" and not rail.get("netdev") and rail.get(
+            "discovered_netdev"):
+        out.append(condition("RailQoSDrift", "QoSUnreadable", f"{label}: the PCI function has no netdev now, its QoS "
+                             "cannot be read", pci, "qos", "investigate", status="Unknown"))
     if qos_want and rail.get("link_layer") != "InfiniBand" and rail.get("netdev"):
         qos = (observed.get("qos") or {}).get(rail["netdev"]) or {}
         if qos.get("error"):

@@ -18,7 +18,11 @@ import time
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads, nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import parse_rate, parse_state
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import (
+    names_of_function,
+    parse_rate,
+    parse_state,
+)
 
 
 class HealthReadError(Exception):
@@ -162,6 +166,27 @@ def _processes(proc_root):
 PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")
 
 
+def current_rails(root, rails):
+    """``(rails, names)``: the rails with the netdev and RDMA device their PCI function has now (not the names
+    discovery recorded), and ``{pci: {netdev, rdma_device, discovered_netdev, discovered_rdma_device}}`` for each
+    rail whose names changed (None: the function has no such device now)."""
+    out, changed = [], {}
+    for rail in rails:
+        now = names_of_function(root, rail["pci_address"])
+        netdev = rail.get("netdev")
+        if rail.get("netdev") and netdev not in now["netdevs"]:
+            netdev = now["netdevs"][0] if len(now["netdevs"]) == 1 else None
+        rdma = rail.get("rdma_device")
+        if rail.get("rdma_device") and rdma not in now["rdma_devices"]:
+            rdma = now["rdma_devices"][0] if len(now["rdma_devices"]) == 1 else None
+        if (netdev, rdma) != (rail.get("netdev"), rail.get("rdma_device")):
+            changed[rail["pci_address"]] = {"netdev": netdev, "rdma_device": rdma,
+                                            "discovered_netdev": rail.get("netdev"),
+                                            "discovered_rdma_device": rail.get("rdma_device")}
+        out.append({**rail, "netdev": netdev, "rdma_device": rdma})
+    return out, changed
+
+
 def observe(module, root, proc_root, hw, expect, parts=PARTS):
     """Read everything the checks of ``parts`` need (one pass; tools run once per host or once per
     rail). ``observed`` has a key only for what was read, and ``node_health.evaluate`` checks only
@@ -170,8 +195,8 @@ def observe(module, root, proc_root, hw, expect, parts=PARTS):
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise HealthReadError(f"unknown checks {', '.join(unknown)} (known: {', '.join(PARTS)})")
-    rails = hw.get("rails") or []
-    observed = {}
+    rails, observed = current_rails(root, hw.get("rails") or [])
+    observed = {"names": observed} if observed else {}
     if "gpu" in parts:
         observed["nvidia_smi"] = _nvidia_smi(module) if hw.get("gpus") else {"gpus": {}}
     if "xid" in parts:

@@ -206,7 +206,10 @@ observed:
     What was read, for debugging: C(nvidia_smi) (per GPU PCI address the health fields), C(kernel_log) (C(xids):
     every Xid event with xid, pci_address, time, pid, process, text), C(pcie) (per device current/max speed in GT/s
     and width in lanes), C(rails) (per rail port state, rate in Gb/s, VF count), C(roce_accl), C(qos), C(processes)
-    (C(d_state): pid, cmd, age_s).
+    (C(d_state): pid, cmd, age_s), and C(names) (per rail PCI address whose netdev or RDMA device is not the one
+    discovery recorded: its C(netdev) and C(rdma_device) now, null when the function has none, and the
+    C(discovered_netdev) and C(discovered_rdma_device)). Each rail's names are resolved from its PCI address at
+    every read.
   returned: always
   type: dict
 """
