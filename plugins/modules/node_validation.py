@@ -177,7 +177,7 @@ checks:
 observed:
   description: The raw read-back (nvidia-smi, per-NIC link and VF state, NV config, ROCE_ACCL, QoS) for debugging;
     C(names) lists the rails whose netdev or RDMA device is not the one discovery recorded (resolved from the PCI
-    address at each read: a netdev renamed since discovery is read under its new name).
+    address at each read, so a netdev renamed since discovery is read under its new name).
   returned: always
   type: dict
 result_files:
