@@ -23,6 +23,7 @@ import importlib
 import json
 import math
 import re
+import sqlite3
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -934,7 +935,10 @@ def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
     if inputs is None:
         inputs = load_inputs(Path(input_dir))
     report = build(inputs)
-    report["day_two"] = _section("day_two_report").load(history) if history else None
+    try:
+        report["day_two"] = _section("day_two_report").load(history) if history else None
+    except (OSError, sqlite3.Error) as exc:
+        raise ReportInputError(f"history: the day-two database {history} cannot be read: {exc}") from None
     # The topology action's result (tree, miscabled rails, warnings), when the run read the topology.
     report["topology"] = {k: topology.get(k) for k in ("tree", "miscabled", "warnings")} if topology else None
     run = inputs.get("run") or {}

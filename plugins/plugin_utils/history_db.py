@@ -139,7 +139,9 @@ def open_db(path, check_mode=False):
     if not exists:
         directory = os.path.dirname(path) or "."
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        # Without O_EXCL: another plan creating it at the same moment is no error (the file is then
+        # verified as SQLite by the migration below, which fails on anything else).
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     elif stat.S_IMODE(os.stat(path).st_mode) & 0o077:
         os.chmod(path, 0o600)
     conn = sqlite3.connect(path, timeout=30)

@@ -165,7 +165,8 @@ def test_a_run_dated_in_the_future_does_not_pin_the_baseline(tmp_path, monkeypat
     (_pair(float("nan")), r"gbps is nan, not a finite number"),
     (_pair(float("inf")), r"gbps is inf, not a finite number"),
     (_pair("-inf"), r"gbps is '-inf', not a finite number"),
-    (_pair(4_000_000.0), r"gbps is 4000000.0: an impossible result \(below 0 or above 1.5 times its line rate 400 Gb/s\)"),
+    (_pair(4_000_000.0),
+     r"gbps is 4000000.0: an impossible result \(below 0 or above 1.5 times its line rate 400 Gb/s\)"),
     (_pair(700.0), r"gbps is 700.0: an impossible result \(below 0 or above 1.5 times its line rate 400"),
     (_pair(-1.0), r"gbps is -1.0: an impossible result"),
     (_pair(5000.0, line=None), r"gbps is 5000.0: an impossible result \(below 0 or above 3200 Gb/s\)"),
@@ -195,3 +196,17 @@ def test_whole_numbers_in_other_forms_are_rails():
     rows = bh.rows_from_validation("h", {"pairs": [_pair(380.0, rail="2"), _pair(380.0, rail=4.0)]}, time=1.0,
                                    run="r", version="0")
     assert [r["rail"] for r in rows] == [2, 4]
+
+
+def test_the_report_names_a_history_file_it_cannot_use(tmp_path):
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (  # noqa: PLC0415
+        ReportInputError,
+        write_report,
+    )
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    with pytest.raises(ReportInputError, match=f"history: the day-two database {notes} cannot be read: .*is not an "
+                                               "SQLite database"):
+        write_report(tmp_path / "in", tmp_path / "out", {"hosts": {}, "kueue": [], "run": {}}, history=notes)
+    assert notes.read_text() == "not a database\n"
