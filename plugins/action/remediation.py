@@ -150,6 +150,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("remediation: db must be the path of the day-two database on the controller")
         options = self._options(args) if step in ("plan", "check") else {}
         if step == "check":
+            try:
+                history_db.verify(db)
+            except (OSError, sqlite3.Error) as exc:
+                raise AnsibleActionFail(f"remediation: the day-two database {db} cannot be used: {exc}") from None
             return {**result, "changed": False, "events": [], "options": options,
                     "msg": "remediation options are valid: " + ", ".join(f"{k}={v}" for k, v in options.items())}
         hosts = action_args.play_hosts("remediation", args, task_vars)

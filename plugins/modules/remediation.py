@@ -35,8 +35,9 @@ description:
     event C(released) naming each (RV(released)); they hold no budget.
   - The plan reads the records and writes the new ones in one write transaction, so two plans running at once are
     serialised and cannot both take the last slot.
-  - With O(step=check), only checks the options (O(max_unavailable), O(max_attempts), O(nodes)); a playbook runs it
-    before any host is read. O(step=plan) checks them the same way before reading any host.
+  - With O(step=check), only checks the options (O(max_unavailable), O(max_attempts), O(nodes)) and, read-only,
+    that an existing O(db) is the day-two database; a playbook runs it before any host is read. O(step=plan)
+    checks them the same way before reading any host.
   - With O(step=record), records the event O(event) for O(hosts) (for example C(drained), C(returned)) and, with
     O(state), sets their state (C(in_service) resets the attempts).
 author:

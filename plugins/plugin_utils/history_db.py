@@ -94,6 +94,13 @@ def _inspect(path):
     return version, tables
 
 
+def verify(path):
+    """Check, read-only, that an existing ``path`` is a day-two database this code can use (HistoryDbError, or
+    OSError, naming why not); a missing path is fine (it would be created)."""
+    if os.path.lexists(path):
+        _inspect(path)
+
+
 def migrate(conn):
     """Move the schema of ``conn`` forward to VERSION, one migration at a time, in one transaction."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]

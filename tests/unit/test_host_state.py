@@ -534,3 +534,27 @@ def test_one_unknown_lldpctl_line_is_reported_and_the_others_read(sim, monkeypat
     assert len(state["neighbours"]["rails"]) == 8
     assert [w.split(" is of")[0] for w in warned if "lldpctl" in w] == [
         "host_state: lldpctl -f keyvalue line 1", "host_state: lldpctl -f keyvalue line 2"]
+
+
+@pytest.mark.parametrize(("out", "rc", "err", "error"), [
+    ("\n==============NVSMI LOG==============\n\nDriver Version : 570.172.08\n\nAttached GPUs : 8\n"
+     "GPU 00000000:19:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    Processes : None\n", 0, "",
+     "nvidia-smi -q: the output is cut short: it lists 1 GPU section(s) of Attached GPUs 8"),
+    ("Driver Version : 570", 0, "", "nvidia-smi -q: "),
+    ("", 124, "", "timed out after 60 s"),
+])
+def test_a_cut_hung_or_unreadable_nvidia_smi_is_an_error_of_that_read_only(sim, monkeypatch, out, rc, err, error):
+    original_run, original_bin = basic.AnsibleModule.run_command, basic.AnsibleModule.get_bin_path
+
+    def run_command(self, argv, **kwargs):
+        if argv[4].endswith("nvidia-smi"):
+            return rc, out, err
+        return original_run(self, argv, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: (
+        "/usr/bin/nvidia-smi" if name == "nvidia-smi" else original_bin(self, name, required, opt_dirs)))
+    state = read(sim)["host_state"]
+    assert error in state["nvidia_smi"]["error"] and error in state["gpu_driver"]["error"]
+    assert state["gpu_driver"]["loaded"] is False
+    assert state["packages"] and state["hardware"]["nics"]  # the rest of the host was read

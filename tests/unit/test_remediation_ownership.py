@@ -183,3 +183,12 @@ def test_the_plan_reads_the_cordon_state_from_the_api_server(tmp_path):
     plugin = action_plugin(action, {"db": str(tmp_path / "h2.sqlite"), "kubeconfig": str(tmp_path / "nope")})
     with pytest.raises(AnsibleActionFail, match="remediation: cannot read the Nodes' cordon state"):
         plugin.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["admin"]})
+
+
+def test_the_check_step_refuses_a_file_that_is_not_the_day_two_database_before_any_host_is_read(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    check = action_plugin(action, {"db": str(notes), "step": "check"})
+    with pytest.raises(AnsibleActionFail, match="is not an SQLite database"):
+        check.run(task_vars={"hostvars": Untouchable()})
+    assert notes.read_text() == "my notes\n"
