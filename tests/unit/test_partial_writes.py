@@ -47,13 +47,20 @@ def test_a_missing_node_fails_the_task_before_any_node_is_patched(kapi):
 PFC = [0, 0, 0, 1, 0, 0, 0, 0]
 
 
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("expect")
+    bindir = tool_bin(tmp / "bin", ("nvidia-smi", "dmesg", "mlxreg", "mlnx_qos"))
+    hdir, hw = day_two_host(tmp / "host", "hgx-h100", pfc=PFC)
+    return tmp, bindir, hdir, hw
+
+
 @pytest.fixture
-def host(tmp_path, monkeypatch):
-    bindir = tool_bin(tmp_path / "bin", ("nvidia-smi", "dmesg", "mlxreg", "mlnx_qos"))
-    hdir, hw = day_two_host(tmp_path / "host", "hgx-h100", pfc=PFC)
+def host(simulated, monkeypatch):
+    tmp, bindir, hdir, hw = simulated
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     monkeypatch.setenv("GPUNODE_SIM_STATE", str(hdir))
-    monkeypatch.setenv("GPUNODE_SIM_NVIDIA_USERSPACE", str(tmp_path / "no-userspace-file"))
+    monkeypatch.setenv("GPUNODE_SIM_NVIDIA_USERSPACE", str(tmp / "no-userspace-file"))
     patch_exits(monkeypatch)
     return hdir, hw
 
