@@ -45,6 +45,7 @@ has no condition. ``remedy`` is ``hardware`` (needs hardware service: a re-run c
 from __future__ import annotations
 
 import datetime
+import math
 import re
 import time
 
@@ -183,7 +184,7 @@ def parse_time(value):
             number = float(text)
         except ValueError:
             return event_epoch(text) if "T" in text else None
-    return number if number == number and abs(number) != float("inf") else None
+    return number if math.isfinite(number) else None
 
 
 def parse_proc_stat(text):
