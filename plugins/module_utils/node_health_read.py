@@ -50,8 +50,8 @@ def _nvidia_smi(module):
     observed["gpus"] = {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
                         for bus, fields in sections if bus != cut}
     # A GPU nvidia-smi could not reach is listed in Attached GPUs without a section of its own.
-    if incomplete and cut is None and unreachable and str(header.get("Attached GPUs", "")).strip() == str(len(sections)
-                                                                                          + len(unreachable)):
+    attached = str(header.get("Attached GPUs", "")).strip()
+    if incomplete and cut is None and unreachable and attached == str(len(sections) + len(unreachable)):
         incomplete = None
     if incomplete:
         observed["incomplete"] = incomplete
