@@ -23,30 +23,24 @@ NUMBERS = {"window": (check_type_int, 10, 1, 1000), "min_points": (check_type_in
            "drop_pct": (check_type_float, 10.0, 0.0, 100.0), "threshold_pct": (check_type_float, 90.0, 0.0, 100.0),
            "trend_points": (check_type_int, 20, 1, 1000)}
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS bandwidth (
-    id INTEGER PRIMARY KEY,
-    host TEXT NOT NULL, rail INTEGER NOT NULL, peer TEXT NOT NULL, peer_rail INTEGER NOT NULL,
-    side TEXT NOT NULL, gbps REAL, line_rate_gbps REAL, time REAL NOT NULL, run TEXT NOT NULL, version TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS bandwidth_rail ON bandwidth (host, rail, time);
-"""
-INSERT = ("INSERT INTO bandwidth (host, rail, peer, peer_rail, side, gbps, line_rate_gbps, time, run, version) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+INSERT = ("INSERT INTO bandwidth (host, rail, peer, peer_rail, side, gbps, line_rate_gbps, time, run, version, seq) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
-def open_db(path):
-    """The history database at ``path`` (0600, its directory 0700) with the bandwidth table."""
-    return history_db.open_db(path, SCHEMA)
+def open_db(path, check_mode=False):
+    """The day-two database at ``path`` (0600, its directory 0700) at the current schema version (in check mode
+    opened read-only, see history_db.open_db)."""
+    return history_db.open_db(path, check_mode)
 
 
-def record(conn, rows, keys, run, window, points, write):
+def record(conn, rows, keys, run, window, points, write, now=None):
     """In one transaction (this run's rows are all written, or none): read each rail's earlier results, write
-    ``rows`` when ``write``, read the trends -> ``(earlier, trends)``."""
+    ``rows`` when ``write`` (under the run's sequence number), read the trends -> ``(earlier, trends)``."""
     with conn:
         earlier = history_db.earlier_results(conn, keys, window, run)
         if write:
-            conn.executemany(INSERT, [tuple(r[c] for c in bh.COLUMNS) for r in rows])
+            seq = history_db.run_seq(conn, run, rows[0]["time"] if rows else (now or 0.0))
+            conn.executemany(INSERT, [(*(r[c] for c in bh.COLUMNS), seq) for r in rows])
         return earlier, history_db.trend(conn, keys, points)
 
 
@@ -73,12 +67,14 @@ class ActionModule(ActionBase):
         version = str(args.get("version") or collection_info()["version"] or "unknown")
 
         fleet = FleetVars(task_vars["hostvars"])
-        rows, missing = [], []
+        rows, missing, harness = [], [], {}
         for host in hosts:
             value = fleet.get(host, result_var)
             if value is None:
                 missing.append(host)
                 continue
+            if bh.harness_errors(host, value):
+                harness[host] = bh.harness_errors(host, value)
             try:
                 rows.extend(bh.rows_from_validation(host, value, time=now, run=run, version=version))
             except bh.HistoryError as exc:
@@ -88,7 +84,7 @@ class ActionModule(ActionBase):
                                     "(run the validation role on them first)")
         keys = sorted({(r["host"], r["rail"]) for r in rows})
         try:
-            with closing(open_db(db)) as conn:
+            with closing(open_db(db, self._task.check_mode)) as conn:
                 earlier, trends = record(conn, rows, keys, run, numbers["window"], numbers["trend_points"],
                                          write=not self._task.check_mode)
         except (OSError, sqlite3.Error) as exc:
@@ -101,7 +97,9 @@ class ActionModule(ActionBase):
             by_host.setdefault(finding["host"], []).append(bh.describe(finding))
         recorded = 0 if self._task.check_mode else len(rows)
         result.update(changed=recorded > 0, recorded=recorded, run=run, version=version, rails=findings,
-                      regressions=flagged, by_host=by_host, trend=trends,
+                      regressions=flagged, by_host=by_host, trend=trends, harness_errors=harness,
                       msg=f"{len(rows)} result(s) of {len(keys)} rail(s) recorded in {db}; "
-                          f"{len(flagged)} rail(s) regressed, below line rate or failed")
+                          f"{len(flagged)} rail(s) regressed, below line rate or failed"
+                          + (f"; harness errors (not the hosts'): {sum(map(len, harness.values()))} test(s) on "
+                             f"{', '.join(sorted(harness))}" if harness else ""))
         return result

@@ -98,24 +98,29 @@ class ActionModule(ActionBase):
         except Exception as exc:  # noqa: BLE001 - any client or kubeconfig error, reported with its text
             raise AnsibleActionFail(f"node_conditions: cannot reach the API server: {exc}") from None
         now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        out = {}
-        for name, desired in sorted(wanted.items()):
+        # Every Node is read and checked before any is patched: a missing one fails the task with nothing written.
+        found, problems = {}, []
+        for name in sorted(wanted):
             try:
-                node = api.get(name=name).to_dict()
+                found[name] = api.get(name=name).to_dict()
             except ApiException as exc:
-                if exc.status == 404:
-                    raise AnsibleActionFail(f"node_conditions: no Node named {name} in the cluster") from None
-                raise AnsibleActionFail(f"node_conditions: {name}: reading the Node failed: {exc.status} "
-                                        f"{exc.reason}") from None
-            existing = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
+                problems.append(f"no Node named {name} in the cluster" if exc.status == 404
+                                else f"{name}: reading the Node failed: {exc.status} {exc.reason}")
+        if problems:
+            raise AnsibleActionFail("node_conditions: " + "; ".join(problems) + "; no Node was patched")
+        out, written = {}, []
+        for name, desired in sorted(wanted.items()):
+            existing = {c.get("type"): c for c in (found[name].get("status") or {}).get("conditions") or []}
             patch = condition_patch(existing, desired, now)
             if patch and not self._task.check_mode:
                 try:
                     api.status.patch(name=name, body={"status": {"conditions": patch}},
                                      content_type="application/strategic-merge-patch+json")
                 except ApiException as exc:
+                    done = f"patched before it: {', '.join(written)}" if written else "no Node was patched before it"
                     raise AnsibleActionFail(f"node_conditions: {name}: patching nodes/{name}/status failed: "
-                                            f"{exc.status} {exc.reason}") from None
+                                            f"{exc.status} {exc.reason} ({done})") from None
+                written.append(name)
             out[name] = {"changed": bool(patch), "conditions": patch}
         result.update(changed=any(v["changed"] for v in out.values()), nodes=out)
         return result

@@ -67,9 +67,13 @@ class ActionModule(ActionBase):
         by_host = {}
         for entry in plan["miscabled"]:
             by_host.setdefault(entry["host"], []).append(topo.describe_miscabled(entry))
+        for entry in plan["claimed_twice"]:
+            for host in dict.fromkeys(r["host"] for r in entry["rails"]):
+                by_host.setdefault(host, []).append(topo.describe_claimed_twice(entry))
         result.update(changed=False, levels=plan["levels"], miscabled=plan["miscabled"], by_host=by_host,
+                      claimed_twice=plan["claimed_twice"],
                       warnings=plan["warnings"], units=plan["units"], tree=topo.tree(plan),
                       labels=topo.node_labels(plan["levels"], keys), label_keys=keys,
-                      msg=f"{len(hosts)} host(s); {len(by_host)} miscabled; {len(plan['warnings'])} rail(s) without a "
-                          "neighbour")
+                      msg=f"{len(hosts)} host(s); {len(by_host)} miscabled; {len(plan['claimed_twice'])} switch "
+                          f"port(s) reached by more than one rail; {len(plan['warnings'])} warning(s)")
         return result

@@ -88,9 +88,11 @@ def validation_judge(tests, results, threshold_pct=90, server_errors=None):
 
 
 def validation_result(checks, pairs, host):
-    """One host's validation.json content: ``{host, passed, failures, checks, pairs}``."""
+    """One host's validation.json content: ``{host, passed, failures, checks, pairs, harness_errors}``
+    (``harness_errors``: tests the harness failed, not the host, see validation.judge_pairs)."""
     passed, failures = validation.verdict(checks or [], pairs or [])
-    return {"host": host, "passed": passed, "failures": failures, "checks": checks or [], "pairs": pairs or []}
+    return {"host": host, "passed": passed, "failures": failures, "checks": checks or [], "pairs": pairs or [],
+            "harness_errors": validation.harness_errors(pairs or [])}
 
 
 def validation_known(state, hw):

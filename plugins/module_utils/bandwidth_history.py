@@ -15,6 +15,7 @@ so a rail that lost 5 % against its own history is caught even while it still pa
 
 from __future__ import annotations
 
+import math
 from statistics import median
 
 COLUMNS = ("host", "rail", "peer", "peer_rail", "side", "gbps", "line_rate_gbps", "time", "run", "version")
@@ -22,6 +23,39 @@ COLUMNS = ("host", "rail", "peer", "peer_rail", "side", "gbps", "line_rate_gbps"
 
 class HistoryError(ValueError):
     """A validation result that cannot be recorded; the message names the host and the entry."""
+
+
+# No RDMA port measures more: four times an 800 Gb/s port (XDR). A result above it, or above 1.5x its rail's line
+# rate, is a unit or parsing error, not a measurement.
+MAX_GBPS = 3200.0
+
+
+def _whole(value, what, where):
+    """A rail number: a whole number (an int, or a string or float of one), 0 or more."""
+    if isinstance(value, bool):
+        raise HistoryError(f"{where}.{what} is {value!r}, not a rail number")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or value < 0:
+        raise HistoryError(f"{where}.{what} is {value!r}, not a rail number (a whole number from 0)")
+    return value
+
+
+def _number(value, what, where):
+    """A finite number (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise HistoryError(f"{where}.{what} is {value!r}, not a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise HistoryError(f"{where}.{what} is {value!r}, not a number") from None
+    if not math.isfinite(number):
+        raise HistoryError(f"{where}.{what} is {value!r}, not a finite number")
+    return number
 
 
 def rows_from_validation(host, result, *, time, run, version):
@@ -36,20 +70,39 @@ def rows_from_validation(host, result, *, time, run, version):
         where = f"{host}: validation_result.pairs[{index}]"
         if not isinstance(pair, dict):
             raise HistoryError(f"{where} is not a mapping")
-        try:
-            rail, peer_rail = int(pair["rail"]), int(pair["peer_rail"])
-            peer, side = str(pair["peer"]), str(pair["side"])
-            line_rate = float(pair["line_rate_gbps"]) if pair.get("line_rate_gbps") is not None else None
-            gbps = float(pair["gbps"]) if pair.get("gbps") is not None else None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HistoryError(f"{where} lacks or mistypes {exc} (rail, peer, peer_rail, side, gbps, "
-                               "line_rate_gbps)") from None
+        if pair.get("status") == "harness_error":  # the harness failed (port, bind, a tool): nothing was measured
+            continue
+        missing = [k for k in ("rail", "peer", "peer_rail", "side") if pair.get(k) is None]
+        if missing:
+            raise HistoryError(f"{where} lacks or mistypes {', '.join(missing)} (rail, peer, peer_rail, side, gbps, "
+                               "line_rate_gbps)")
+        rail, peer_rail = _whole(pair["rail"], "rail", where), _whole(pair["peer_rail"], "peer_rail", where)
+        peer, side = str(pair["peer"]), str(pair["side"])
+        line_rate = _number(pair.get("line_rate_gbps"), "line_rate_gbps", where)
+        gbps = _number(pair.get("gbps"), "gbps", where)
         if side not in ("client", "server"):
             raise HistoryError(f"{where}.side is {side!r}, not client or server")
+        if not peer.strip():
+            raise HistoryError(f"{where}.peer is empty")
+        if line_rate is not None and not 0 < line_rate <= MAX_GBPS:
+            raise HistoryError(f"{where}.line_rate_gbps is {pair['line_rate_gbps']!r}: a rail's line rate is above 0 "
+                               f"and at most {MAX_GBPS:g} Gb/s")
+        if gbps is not None and not 0 <= gbps <= min(MAX_GBPS, 1.5 * line_rate if line_rate else MAX_GBPS):
+            bound = f"1.5 times its line rate {line_rate:g} Gb/s" if line_rate and line_rate * 1.5 < MAX_GBPS \
+                else f"{MAX_GBPS:g} Gb/s"
+            raise HistoryError(f"{where}.gbps is {pair['gbps']!r}: an impossible result (below 0 or above {bound}); "
+                               "nothing is recorded")
         rows.append({"host": str(host), "rail": rail, "peer": peer, "peer_rail": peer_rail, "side": side,
                      "gbps": gbps, "line_rate_gbps": line_rate, "time": float(time), "run": str(run),
                      "version": str(version)})
     return rows
+
+
+def harness_errors(host, result):
+    """The reasons of one host's tests the harness failed (``status: harness_error``): not measurements, not the
+    host's findings."""
+    pairs = (result or {}).get("pairs") if isinstance(result, dict) else None
+    return [str(p.get("reason")) for p in pairs or [] if isinstance(p, dict) and p.get("status") == "harness_error"]
 
 
 def baseline(values, window):

@@ -70,6 +70,11 @@ def parse_get(text):
 
 ROCE_ACCL = "ROCE_ACCL"
 _FIELD_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# The fields of the ROCE_ACCL register a user may declare (docs/hardware-facts.md "Adaptive routing"; the
+# ``*_field_select`` bits are the register's own).
+ROCE_ACCL_FIELDS = ("adaptive_routing_forced_en", "roce_adp_retrans_en", "roce_tx_window_en", "roce_slow_restart_en",
+                    "roce_slow_restart_idle_en", "min_ack_timeout_limit_disabled", "selective_repeat_forced_en",
+                    "dc_half_handshake_en", "ack_dscp_force", "ack_dscp")
 
 
 def get_argv(binary, device, register=ROCE_ACCL):

@@ -54,8 +54,11 @@ def _neighbour(values):
             "mgmt_ip": values.get("chassis.mgmt-ip"), "via": values.get("via")}
 
 
-def parse_lldpctl_keyvalue(text):
-    """``{interface: [neighbour, ...]}`` from ``lldpctl -f keyvalue``; ``{}`` for no output (no neighbour)."""
+def parse_lldpctl_keyvalue(text, unparsed=None):
+    """``{interface: [neighbour, ...]}`` from ``lldpctl -f keyvalue``; ``{}`` for no output (no neighbour).
+
+    A line of no known form raises ParseError, or, with a list ``unparsed``, is appended to it as
+    ``{"line": N, "text": ...}`` and the other lines are read (lldpd versions add keys)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     if not isinstance(text, str):
@@ -67,6 +70,9 @@ def parse_lldpctl_keyvalue(text):
             continue
         m = _LLDP_LINE.match(line)
         if not m:
+            if unparsed is not None:
+                unparsed.append({"line": lineno, "text": raw[:300]})
+                continue
             raise ParseError(LLDP_TOOL, "lines 'lldp.<interface>.<key>=<value>'", raw, lineno)
         iface, key, value = m.group("iface"), m.group("key"), m.group("value")
         entries = current.setdefault(iface, [{}])

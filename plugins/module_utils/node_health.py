@@ -44,7 +44,10 @@ has no condition. ``remedy`` is ``hardware`` (needs hardware service: a re-run c
 
 from __future__ import annotations
 
+import datetime
+import math
 import re
+import time
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError, text_lines
 
@@ -60,7 +63,8 @@ XIDS = {
 }
 DEFAULT_XIDS = tuple(sorted(XIDS))
 CONDITION_TYPES = (
-    "GPUMissing", "GPUDriverUnavailable", "KernelLogUnavailable",
+    "GPUMissing", "GPUDriverUnavailable", "GPUQueryIncomplete", "GPUUnreachable", "GPUFieldUnreadable",
+    "KernelLogUnavailable",
     *sorted({v[0] for v in XIDS.values()}), "GPUXidError",
     "GPURetiredPagesPending", "GPURowRemapFailure", "GPUUncorrectableECC", "GPUFabricNotReady",
     "GPUPersistenceModeOff", "PCIeLinkDegraded", "PCIeDeviceMissing", "RailLinkDown", "RailSpeedDegraded",
@@ -68,7 +72,7 @@ CONDITION_TYPES = (
 )
 # The checks (a condition's ``check``) of each part ``node_health_read.observe`` reads.
 PART_CHECKS = {
-    "gpu": ("gpu_count", "gpu", "retired_pages", "ecc", "persistence", "fabric"),
+    "gpu": ("gpu_count", "gpu", "retired_pages", "ecc", "persistence", "fabric", "gpu_query"),
     "xid": ("xid",),
     "pcie": ("pcie",),
     "rail": ("rail",),
@@ -108,13 +112,14 @@ def _pci_of_xid(addr):
     return f"{domain[-4:]}:{bus}:{dev}.0"
 
 
-def parse_kernel_log(text):
+def parse_kernel_log(text, unparsed=None):
     """Xid events of a kernel log (``dmesg`` output, any of the time formats above).
 
     Returns ``[{"xid": 79, "pci_address": "0000:91:00.0", "time": "6781741.548779" | None,
     "pid": None | int, "process": None | str, "text": "GPU has fallen off the bus.", "line": N}]``
-    in log order. Empty output is an empty log. Raises ParseError for an ``NVRM: Xid`` line of an
-    unknown shape.
+    in log order. Empty output is an empty log. An ``NVRM: Xid`` line of an unknown shape raises
+    ParseError, or, with a list ``unparsed``, is appended to it as ``{"line": N, "text": ...}`` and the
+    rest of the log is read.
     """
     if text is None or not str(text).strip():
         return []
@@ -125,6 +130,9 @@ def parse_kernel_log(text):
         stamp, message = _split_prefix(line)
         match = _XID_RE.search(message)
         if not match:
+            if unparsed is not None:
+                unparsed.append({"line": lineno, "text": line[:300]})
+                continue
             raise ParseError("dmesg", "an Xid line like 'NVRM: Xid (PCI:0000:19:00): 48, pid=..., name=..., text'",
                              line, lineno)
         pid = match.group("pid")
@@ -139,6 +147,44 @@ def parse_kernel_log(text):
             "line": lineno,
         })
     return events
+
+
+def event_epoch(stamp, boot_epoch=None):
+    """Seconds since the epoch of a kernel log time stamp (``_split_prefix``): an ISO time with its offset, a ctime
+    (local time, as ``dmesg -T`` prints it), or seconds since boot with ``boot_epoch``; None when it cannot be
+    known."""
+    if not stamp:
+        return None
+    text = str(stamp).strip()
+    if re.match(r"^\d+\.\d+$", text):
+        return None if boot_epoch is None else boot_epoch + float(text)
+    iso = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?(?:(Z)|([+-])(\d\d):?(\d\d))$", text)
+    if iso:
+        base = datetime.datetime.strptime(iso.group(1), "%Y-%m-%dT%H:%M:%S")
+        offset = 0 if iso.group(3) else (int(iso.group(5)) * 60 + int(iso.group(6))) * (
+            1 if iso.group(4) == "+" else -1)
+        moment = base.replace(tzinfo=datetime.timezone(datetime.timedelta(minutes=offset)))
+        return moment.timestamp() + float("0." + (iso.group(2) or "0"))
+    try:
+        return time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y"))
+    except ValueError:
+        return None
+
+
+def parse_time(value):
+    """A time given by a user: seconds since the epoch (a finite number) or an ISO 8601 time with its offset;
+    None when it is neither."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            return event_epoch(text) if "T" in text else None
+    return number if math.isfinite(number) else None
 
 
 def parse_proc_stat(text):
@@ -210,52 +256,126 @@ def parse_link_width(text, path="current_link_width"):
     return int(value)
 
 
-def _yes_no(value, path):
-    if value is None or value in ("N/A", "[N/A]"):
+NOT_REPORTED = ("N/A", "[N/A]", "Not Available", "[Not Supported]", "Not Supported")
+
+
+def _yes_no(value, path, unreadable):
+    if value is None or value in NOT_REPORTED:
         return None
     if value in ("Yes", "No"):
         return value == "Yes"
-    raise ParseError("nvidia-smi", f"Yes, No or N/A for {path!r}", value)
+    unreadable[path] = value
+    return None
 
 
-def _count(value, path):
-    if value is None or value in ("N/A", "[N/A]"):
+def _count(value, path, unreadable):
+    if value is None or value in NOT_REPORTED:
         return None
-    if not value.isdigit():
-        raise ParseError("nvidia-smi", f"a count or N/A for {path!r}", value)
+    if not value.isascii() or not value.isdigit():
+        unreadable[path] = value
+        return None
     return int(value)
+
+
+def _is_error_value(value):
+    """A value nvidia-smi prints when it could not read the field: ``ERR!``, ``[Unknown Error]``, ``[GPU requires
+    reset]`` ... (any bracketed text but ``[N/A]``/``[Not Supported]``)."""
+    text = (value or "").strip()
+    return (text == "ERR!" or "Unknown Error" in text
+            or (text.startswith("[") and text.endswith("]") and text not in NOT_REPORTED))
 
 
 def gpu_health_fields(fields):
     """The health facts of one GPU's ``nvidia-smi -q`` section (``parse_query_tree`` paths).
 
     Returns ``{"persistence_mode", "fabric_state", "fabric_status", "retired_pages_pending",
-    "row_remap_pending", "row_remap_failure", "volatile_uncorrectable"}``; a value is None when
-    the GPU does not report it (``N/A`` or the section is absent).
+    "row_remap_pending", "row_remap_failure", "volatile_uncorrectable", "unreadable"}``; a value is
+    None when the GPU does not report it (``N/A`` or the section is absent) or could not read it:
+    ``unreadable`` maps each field whose value is of no known form (``ERR!``, ``[Unknown Error]``,
+    ``Maybe``) to what was printed, and the other fields are read as usual.
     """
+    unreadable = {}
     pending_keys = [k for k in fields if k.startswith("Retired Pages/Pending")]
     pending = None
     for key in pending_keys:
-        value = _yes_no(fields[key], key)
+        value = _yes_no(fields[key], key, unreadable)
         pending = value if pending is None else (pending or bool(value))
     volatile = None
     for key, value in fields.items():
         if key.startswith("ECC Errors/Volatile/") and ("Uncorrectable" in key or key.endswith("Double Bit/Total")):
             if key.count("/") > 3:
                 continue
-            number = _count(value, key)
+            number = _count(value, key, unreadable)
             if number is not None:
                 volatile = (volatile or 0) + number
+    persistence = fields.get("Persistence Mode")
+    if persistence is not None and persistence not in ("Enabled", "Disabled", *NOT_REPORTED):
+        unreadable["Persistence Mode"] = persistence
+        persistence = None
+    fabric = {}
+    for key in ("Fabric/State", "Fabric/Status"):
+        value = fields.get(key)
+        if value is not None and _is_error_value(value):
+            unreadable[key] = value
+            value = None
+        fabric[key] = value
     return {
-        "persistence_mode": fields.get("Persistence Mode"),
-        "fabric_state": fields.get("Fabric/State"),
-        "fabric_status": fields.get("Fabric/Status"),
+        "persistence_mode": persistence,
+        "fabric_state": fabric["Fabric/State"],
+        "fabric_status": fabric["Fabric/Status"],
         "retired_pages_pending": pending,
-        "row_remap_pending": _yes_no(fields.get("Remapped Rows/Pending"), "Remapped Rows/Pending"),
+        "row_remap_pending": _yes_no(fields.get("Remapped Rows/Pending"), "Remapped Rows/Pending", unreadable),
         "row_remap_failure": _yes_no(fields.get("Remapped Rows/Remapping Failure Occurred"),
-                                     "Remapped Rows/Remapping Failure Occurred"),
+                                     "Remapped Rows/Remapping Failure Occurred", unreadable),
         "volatile_uncorrectable": volatile,
+        "unreadable": unreadable,
     }
+
+
+_HANDLE_RE = re.compile(r"Unable to determine the device handle for (?:GPU|gpu)\s*"
+                        r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*:?\s*(?P<why>.*)$")
+
+
+def split_device_handle_errors(text):
+    """``(rest, {pci_address: why})``: nvidia-smi's ``Unable to determine the device handle for GPU <bus id>: <why>``
+    lines (a GPU the driver cannot reach; nvidia-smi prints the others and exits non-zero) taken out of its output,
+    each by the GPU's PCI address."""
+    rest, unreachable = [], {}
+    for line in (text or "").splitlines():
+        match = _HANDLE_RE.search(line)
+        if match:
+            bus = match.group("bus")
+            if "." not in bus:
+                bus += ".0"
+            domain, rest_of = bus.split(":", 1)
+            unreachable[f"{domain[-4:]}:{rest_of}".lower()] = match.group("why").strip() or "no reason given"
+        else:
+            rest.append(line)
+    return "\n".join(rest) + ("\n" if rest else ""), unreachable
+
+
+def query_completeness(header, sections):
+    """``(why, bus id)``: why an ``nvidia-smi -q`` output looks cut short and the GPU whose section was cut (its
+    fields are not to be judged), or ``(None, None)``. Cut short: a section without ``Product Name``, a last
+    section without the top-level key every other section ends with (``Processes``), or fewer GPU sections than
+    its ``Attached GPUs``."""
+    for bus, fields in sections:
+        if "Product Name" not in fields:
+            return f"the section of GPU {bus} has no Product Name", bus
+    if len(sections) >= 2:
+        tops = [[k for k in f if "/" not in k] for _bus, f in sections]
+        endings = {t[-1] for t in tops[:-1] if t}
+        if len(endings) == 1:
+            (ending,) = endings
+            if ending not in tops[-1]:
+                return (f"the section of GPU {sections[-1][0]} ends before {ending!r}, which every other section "
+                        "has", sections[-1][0])
+    attached = str(header.get("Attached GPUs") or "").strip()
+    if not attached.isdigit():
+        return f"its header has no Attached GPUs count (got {attached or 'none'})", None
+    if int(attached) > len(sections):
+        return f"it lists {len(sections)} GPU section(s) of Attached GPUs {attached}", None
+    return None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +390,16 @@ def condition(type_, reason, message, device, check, remedy, status="True"):
 
 def _rail_label(rail):
     netdev = f" ({rail['netdev']})" if rail.get("netdev") else ""
+    if rail.get("discovered_netdev") and rail.get("discovered_netdev") != rail.get("netdev"):
+        netdev = (f" ({rail['netdev']}, discovered as {rail['discovered_netdev']})" if rail.get("netdev")
+                  else f" (no netdev now, discovered as {rail['discovered_netdev']})")
     return f"rail {rail['rail']} NIC {rail['pci_address']}{netdev}"
+
+
+def _now(rail, observed):
+    """The rail with the names its PCI function has now (``observed['names']``, see node_health_read)."""
+    names = (observed.get("names") or {}).get(rail["pci_address"])
+    return {**rail, **names} if names else rail
 
 
 def _gpu_conditions(hw, observed, expect):
@@ -280,14 +409,35 @@ def _gpu_conditions(hw, observed, expect):
         return out
     smi = observed.get("nvidia_smi") or {}
     if smi.get("error"):
+        if smi.get("timed_out"):
+            return [condition("GPUDriverUnavailable", "NvidiaSmiTimedOut", f"nvidia-smi -q: {smi['error']}",
+                              "nvidia-smi", "gpu", "investigate", status="Unknown")]
         return [condition("GPUDriverUnavailable", "NvidiaSmiFailed", f"nvidia-smi -q: {smi['error']}",
                           "nvidia-smi", "gpu", "investigate")]
     gpus = smi.get("gpus") or {}
-    for pci in discovered:
-        if pci not in gpus:
-            out.append(condition("GPUMissing", "GPUNotVisible",
-                                 f"GPU {pci}: discovery found it, nvidia-smi -q shows {len(gpus)} of "
-                                 f"{len(discovered)} GPUs and not this one", pci, "gpu_count", "hardware"))
+    unreachable = smi.get("unreachable") or {}
+    for pci, why in sorted(unreachable.items()):
+        out.append(condition("GPUUnreachable", "DeviceHandleUnavailable",
+                             f"GPU {pci}: nvidia-smi cannot reach it (Unable to determine the device handle: {why})",
+                             pci, "gpu", "reset"))
+    if smi.get("parse_error") or smi.get("incomplete"):
+        # What is missing from a cut or unreadable output says nothing about the hardware.
+        reason = "OutputUnparseable" if smi.get("parse_error") else "OutputTruncated"
+        what = smi.get("parse_error") or f"the output is cut short: {smi['incomplete']}"
+        out.append(condition("GPUQueryIncomplete", reason, f"nvidia-smi -q: {what}; GPUs not in it are not judged",
+                             "nvidia-smi", "gpu_query", "investigate", status="Unknown"))
+    else:
+        for pci in discovered:
+            if pci not in gpus and pci not in unreachable:
+                out.append(condition("GPUMissing", "GPUNotVisible",
+                                     f"GPU {pci}: discovery found it, nvidia-smi -q shows {len(gpus)} of "
+                                     f"{len(discovered)} GPUs and not this one", pci, "gpu_count", "hardware"))
+    for pci, gpu in sorted(gpus.items()):
+        if gpu.get("unreadable"):
+            out.append(condition("GPUFieldUnreadable", "UnreadableValue", f"GPU {pci}: nvidia-smi -q printed "
+                                 + "; ".join(f"{v!r} for {k}" for k, v in sorted(gpu["unreadable"].items()))
+                                 + " (not a value it reports; the GPU's other fields are judged)", pci, "gpu",
+                                 "investigate", status="Unknown"))
     for pci, gpu in sorted(gpus.items()):
         if gpu.get("retired_pages_pending"):
             out.append(condition("GPURetiredPagesPending", "PendingPageRetirement",
@@ -305,11 +455,12 @@ def _gpu_conditions(hw, observed, expect):
             out.append(condition("GPUUncorrectableECC", "VolatileUncorrectableECC",
                                  f"GPU {pci}: {gpu['volatile_uncorrectable']} volatile uncorrectable ECC errors "
                                  "since the last driver load", pci, "ecc", "reset"))
-        if (gpu.get("persistence_mode") or "") != "Enabled":
+        if (gpu.get("persistence_mode") or "") != "Enabled" and "Persistence Mode" not in (gpu.get("unreadable") or {}):
             out.append(condition("GPUPersistenceModeOff", "PersistenceModeDisabled",
                                  f"GPU {pci}: Persistence Mode {gpu.get('persistence_mode') or 'not reported'}, "
                                  "expected Enabled", pci, "persistence", "reconfigure"))
-        if hw.get("fabric_manager_required"):
+        fabric_unread = {"Fabric/State", "Fabric/Status"} & set(gpu.get("unreadable") or {})
+        if hw.get("fabric_manager_required") and not fabric_unread:
             state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
             if state != "Completed" or status not in ("Success", None):
                 out.append(condition("GPUFabricNotReady", "FabricState" + re.sub(r"\W", "", str(state)),
@@ -318,32 +469,69 @@ def _gpu_conditions(hw, observed, expect):
     return out
 
 
+# Xids whose fault the GPU's state shows while it lasts, and the state that shows it is gone (a GPU reset or a
+# driver reload since cleared it): Xid 48, a double bit error, counts in the volatile uncorrectable ECC errors
+# (zeroed at driver load or GPU reset); Xid 63, a row remap pending, in Remapped Rows: Pending.
+CLEARED_BY_STATE = {
+    48: (lambda gpu: gpu.get("volatile_uncorrectable") == 0,
+         "its volatile uncorrectable ECC count reads 0 now (reset since)"),
+    63: (lambda gpu: gpu.get("row_remap_pending") is False, "no row remap is pending now (applied since)"),
+}
+
+
+def _xid_state_cleared(xid, gpu):
+    """Why the GPU's current state shows an Xid handled (None when it does not, or cannot be read)."""
+    rule = CLEARED_BY_STATE.get(xid)
+    if not rule or not gpu or gpu.get("unreadable"):
+        return None
+    cleared, why = rule
+    return why if cleared(gpu) else None
+
+
 def _xid_conditions(hw, observed, expect):
+    """One condition per GPU and Xid, judged against the GPU's current state and the last handling recorded
+    (``expect['xid_handled_before']``, seconds since the epoch): events a GPU reset or a remediation since has
+    handled are listed in ``observed['kernel_log']['handled']`` instead."""
     log = observed.get("kernel_log") or {}
     if log.get("error"):
         return [condition("KernelLogUnavailable", "KernelLogUnreadable", f"kernel log: {log['error']}",
                           "dmesg", "xid", "investigate", status="Unknown")]
     wanted = set(expect.get("xids", DEFAULT_XIDS))
-    groups = {}
+    handled_before = expect.get("xid_handled_before")
+    gpus = (observed.get("nvidia_smi") or {}).get("gpus") or {}
+    groups, handled = {}, []
     for event in log.get("xids") or []:
-        if event["xid"] in wanted:
-            groups.setdefault((event["pci_address"], event["xid"]), []).append(event)
+        if event["xid"] not in wanted:
+            continue
+        epoch = event.get("epoch")
+        if handled_before is not None and epoch is not None and epoch <= handled_before:
+            handled.append({**event, "why": "logged before the last handling recorded for the host"})
+            continue
+        groups.setdefault((event["pci_address"], event["xid"]), []).append(event)
     out = []
     for (pci, xid), events in sorted(groups.items()):
+        cleared = _xid_state_cleared(xid, gpus.get(pci))
+        if cleared:
+            handled += [{**e, "why": f"GPU {pci}: {cleared}"} for e in events]
+            continue
         type_, meaning, remedy = XIDS.get(xid, ("GPUXidError", f"Xid {xid}", "investigate"))
         first, last = events[0], events[-1]
         when = f", first at {first['time']}, last at {last['time']}" if first["time"] else ""
         text = f": {last['text']}" if last["text"] else ""
-        out.append(condition(type_, f"Xid{xid}",
-                             f"GPU {pci}: Xid {xid} ({meaning}) {len(events)} time(s) since boot{when}{text}",
-                             pci, "xid", remedy))
+        cond = condition(type_, f"Xid{xid}",
+                         f"GPU {pci}: Xid {xid} ({meaning}) {len(events)} time(s) since boot{when}{text}",
+                         pci, "xid", remedy)
+        cond["last_seen"] = last.get("epoch")
+        out.append(cond)
+    if handled and isinstance(observed.get("kernel_log"), dict):
+        observed["kernel_log"]["handled"] = handled
     return out
 
 
 def _pcie_conditions(hw, observed, expect):
     out = []
     labels = {g["pci_address"]: f"GPU {g['pci_address']}" for g in hw.get("gpus") or []}
-    labels.update({r["pci_address"]: _rail_label(r) for r in hw.get("rails") or []})
+    labels.update({r["pci_address"]: _rail_label(_now(r, observed)) for r in hw.get("rails") or []})
     check_gpu_speed = expect.get("pcie_gpu_speed", True)
     gpus = {g["pci_address"] for g in hw.get("gpus") or []}
     for pci, link in sorted((observed.get("pcie") or {}).items()):
@@ -351,6 +539,10 @@ def _pcie_conditions(hw, observed, expect):
         if link.get("missing"):
             out.append(condition("PCIeDeviceMissing", "NotInSysfs", f"{label}: gone from {link['missing']}",
                                  pci, "pcie", "hardware"))
+            continue
+        if link.get("error"):
+            out.append(condition("PCIeLinkDegraded", "LinkUnreadable", f"{label}: {link['error']}", pci, "pcie",
+                                 "investigate", status="Unknown"))
             continue
         width, max_width = link.get("current_width"), link.get("max_width")
         if width is not None and max_width and width < max_width:
@@ -368,6 +560,7 @@ def _rail_conditions(hw, observed, expect):
     out = []
     rails_seen = observed.get("rails") or {}
     for rail in hw.get("rails") or []:
+        rail = _now(rail, observed)
         pci, label = rail["pci_address"], _rail_label(rail)
         seen = rails_seen.get(pci)
         if seen is None:
@@ -413,6 +606,10 @@ def _drift_conditions(rail, label, observed, expect):
                 out.append(condition("RailRoceAcclDrift", reason, f"{label}: ROCE_ACCL " + "; ".join(
                     f"{k}={v}, declared {accl_want[k]}" for k, v in bad.items()), pci, "roce_accl", "reconfigure"))
     qos_want = {k: v for k, v in (expect.get("qos") or {}).items() if k in QOS_KEYS and v is not None}
+    if qos_want and rail.get("link_layer") != "InfiniBand" and not rail.get("netdev") and rail.get(
+            "discovered_netdev"):
+        out.append(condition("RailQoSDrift", "QoSUnreadable", f"{label}: the PCI function has no netdev now, its QoS "
+                             "cannot be read", pci, "qos", "investigate", status="Unknown"))
     if qos_want and rail.get("link_layer") != "InfiniBand" and rail.get("netdev"):
         qos = (observed.get("qos") or {}).get(rail["netdev"]) or {}
         if qos.get("error"):
@@ -434,6 +631,10 @@ def _process_conditions(observed, expect):
     procs = observed.get("processes") or {}
     threshold = expect.get("d_state_min_age_s", 300)
     out = []
+    for text in procs.get("unparsed") or []:
+        pid = text.split("/stat:")[0].rsplit("/", 1)[-1]
+        out.append(condition("DStateProcess", "ProcStatUnreadable", text, f"pid {pid}", "processes", "investigate",
+                             status="Unknown"))
     for proc in procs.get("d_state") or []:
         if proc["age_s"] is not None and proc["age_s"] < threshold:
             continue

@@ -14,10 +14,15 @@ procfs. Reads have no side effects.
 from __future__ import annotations
 
 import os
+import time
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health, node_reads, nvidia_smi
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
-from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import parse_rate, parse_state
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import (
+    names_of_function,
+    parse_rate,
+    parse_state,
+)
 
 
 class HealthReadError(Exception):
@@ -29,27 +34,57 @@ def _nvidia_smi(module):
     if not binary:
         return {"error": "not installed (no nvidia-smi on PATH)"}
     rc, out, err = node_reads.run(module, [binary, "-q"])
-    if rc != 0:
+    if node_reads.is_timeout(rc, err):
+        return {"error": err, "timed_out": True}
+    rest, unreachable = node_health.split_device_handle_errors(out)
+    more, unreachable_err = node_health.split_device_handle_errors(err)
+    unreachable.update(unreachable_err)
+    if rc != 0 and not unreachable:
         return {"error": f"exit status {rc}: {(err or out).strip()}"}
+    observed = {"gpus": {}, "unreachable": unreachable}
     try:
-        _header, sections = nvidia_smi.parse_query_tree(out)
-        return {"gpus": {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
-                         for bus, fields in sections}}
+        header, sections = nvidia_smi.parse_query_tree(rest)
     except ParseError as exc:
-        raise HealthReadError(str(exc)) from None
+        return {**observed, "parse_error": str(exc)}
+    incomplete, cut = node_health.query_completeness(header, sections)
+    observed["gpus"] = {nvidia_smi.pci_address(bus): node_health.gpu_health_fields(fields)
+                        for bus, fields in sections if bus != cut}
+    # A GPU nvidia-smi could not reach is listed in Attached GPUs without a section of its own.
+    attached = str(header.get("Attached GPUs", "")).strip()
+    if incomplete and cut is None and unreachable and attached == str(len(sections) + len(unreachable)):
+        incomplete = None
+    if incomplete:
+        observed["incomplete"] = incomplete
+    return observed
 
 
-def _kernel_log(module):
+def _boot_epoch(proc_root):
+    """Seconds since the epoch at boot (now minus ``<proc_root>/uptime``), None when it cannot be read."""
+    try:
+        return time.time() - node_health.parse_uptime(node_reads.read_text(os.path.join(proc_root, "uptime")))
+    except ParseError:
+        return None
+
+
+def _kernel_log(module, proc_root="/proc"):
     binary = module.get_bin_path("dmesg")
     if not binary:
         return {"error": "no dmesg on PATH"}
     rc, out, err = node_reads.run(module, [binary, "--time-format=iso"])
     if rc != 0:
         return {"error": f"dmesg --time-format=iso: exit status {rc}: {(err or out).strip()}"}
-    try:
-        return {"xids": node_health.parse_kernel_log(out)}
-    except ParseError as exc:
-        raise HealthReadError(str(exc)) from None
+    unparsed = []
+    xids = node_health.parse_kernel_log(out, unparsed)
+    boot = _boot_epoch(proc_root)
+    for event in xids:
+        event["epoch"] = node_health.event_epoch(event["time"], boot)
+    for bad in unparsed:
+        # One line of an unknown shape is reported; the rest of the log is read.
+        warn = getattr(module, "warn", None)
+        if warn:
+            warn(f"kernel log line {bad['line']} looks like an Xid line but is of no known shape, left out: "
+                 f"{bad['text']}")
+    return {"xids": xids, "unparsed": unparsed}
 
 
 def _pcie(root, addresses):
@@ -71,8 +106,9 @@ def _pcie(root, addresses):
                 continue
             try:
                 link[key] = parse(text, path)
-            except ParseError as exc:
-                raise HealthReadError(str(exc)) from None
+            except ParseError as exc:  # one unreadable file: named for this device, the others are read
+                link = {"error": str(exc)}
+                break
         out[pci] = link
     return out
 
@@ -86,8 +122,12 @@ def _rails(root, rails):
         if state_text is None:
             out[pci] = {"error": f"RDMA port {rail.get('rdma_device')} is gone ({port}/state unreadable)"}
             continue
-        _num, state = parse_state(state_text)
-        rate, _width, _name = parse_rate(node_reads.read_text(os.path.join(port, "rate")))
+        try:
+            _num, state = parse_state(state_text)
+            rate, _width, _name = parse_rate(node_reads.read_text(os.path.join(port, "rate")))
+        except (ParseError, ValueError, TypeError) as exc:  # this rail's port is named; the others are read
+            out[pci] = {"error": f"RDMA port {rail.get('rdma_device')}: {exc}"}
+            continue
         numvfs = node_reads.read_text(os.path.join(root, "bus", "pci", "devices", pci, "sriov_numvfs"))
         out[pci] = {"state": state, "rate_gbps": rate,
                     "sriov_numvfs": int(numvfs) if numvfs and numvfs.isdigit() else None}
@@ -104,25 +144,47 @@ def _processes(proc_root):
     except ParseError as exc:
         raise HealthReadError(str(exc)) from None
     ticks = os.sysconf("SC_CLK_TCK")
-    found = []
+    found, unparsed = [], []
     for name in sorted((n for n in os.listdir(proc_root) if n.isdigit()), key=int):
         stat = node_reads.read_text(os.path.join(proc_root, name, "stat"))
         if stat is None:  # the process ended between listdir and read
             continue
         try:
             parsed = node_health.parse_proc_stat(stat)
-        except ParseError as exc:
-            raise HealthReadError(f"{proc_root}/{name}/stat: {exc}") from None
+        except ParseError as exc:  # one process is named; the others are read
+            unparsed.append(f"{proc_root}/{name}/stat: {exc}")
+            continue
         if parsed["state"] != "D":
             continue
         cmdline = node_reads.read_text(os.path.join(proc_root, name, "cmdline"))
         cmd = " ".join(p for p in (cmdline or "").split("\0") if p) or f"[{parsed['comm']}]"
         found.append({"pid": parsed["pid"], "cmd": cmd,
                       "age_s": round(max(0.0, uptime - parsed["starttime_ticks"] / ticks), 1)})
-    return {"d_state": found}
+    return {"d_state": found, "unparsed": unparsed}
 
 
 PARTS = ("gpu", "xid", "pcie", "rail", "drift", "processes")
+
+
+def current_rails(root, rails):
+    """``(rails, names)``: the rails with the netdev and RDMA device their PCI function has now (not the names
+    discovery recorded), and ``{pci: {netdev, rdma_device, discovered_netdev, discovered_rdma_device}}`` for each
+    rail whose names changed (None: the function has no such device now)."""
+    out, changed = [], {}
+    for rail in rails:
+        now = names_of_function(root, rail["pci_address"])
+        netdev = rail.get("netdev")
+        if rail.get("netdev") and netdev not in now["netdevs"]:
+            netdev = now["netdevs"][0] if len(now["netdevs"]) == 1 else None
+        rdma = rail.get("rdma_device")
+        if rail.get("rdma_device") and rdma not in now["rdma_devices"]:
+            rdma = now["rdma_devices"][0] if len(now["rdma_devices"]) == 1 else None
+        if (netdev, rdma) != (rail.get("netdev"), rail.get("rdma_device")):
+            changed[rail["pci_address"]] = {"netdev": netdev, "rdma_device": rdma,
+                                            "discovered_netdev": rail.get("netdev"),
+                                            "discovered_rdma_device": rail.get("rdma_device")}
+        out.append({**rail, "netdev": netdev, "rdma_device": rdma})
+    return out, changed
 
 
 def observe(module, root, proc_root, hw, expect, parts=PARTS):
@@ -133,12 +195,12 @@ def observe(module, root, proc_root, hw, expect, parts=PARTS):
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise HealthReadError(f"unknown checks {', '.join(unknown)} (known: {', '.join(PARTS)})")
-    rails = hw.get("rails") or []
-    observed = {}
+    rails, observed = current_rails(root, hw.get("rails") or [])
+    observed = {"names": observed} if observed else {}
     if "gpu" in parts:
         observed["nvidia_smi"] = _nvidia_smi(module) if hw.get("gpus") else {"gpus": {}}
     if "xid" in parts:
-        observed["kernel_log"] = _kernel_log(module) if hw.get("gpus") else {"xids": []}
+        observed["kernel_log"] = _kernel_log(module, proc_root) if hw.get("gpus") else {"xids": []}
     if "pcie" in parts:
         observed["pcie"] = _pcie(root, [g["pci_address"] for g in hw.get("gpus") or []]
                                  + [r["pci_address"] for r in rails])

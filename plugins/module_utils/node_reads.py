@@ -21,11 +21,55 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import 
 _PREFETCHED = "_gpunode_prefetched"
 
 
+# The attribute of the AnsibleModule under which set_timeout() keeps the seconds each read may take.
+_TIMEOUT = "_gpunode_read_timeout"
+READ_TIMEOUT = 60
+# timeout(1)'s exit status when it ended the command (124), or killed it after the grace period (128 + 9).
+TIMED_OUT = (124, 137)
+
+
+def set_timeout(module, seconds):
+    """Every tool run() and prefetch() start for ``module`` from now on is ended after ``seconds``."""
+    setattr(module, _TIMEOUT, int(seconds))
+
+
+def timeout_of(module):
+    return getattr(module, _TIMEOUT, None)
+
+
+def timed_argv(module, argv):
+    """``argv`` under timeout(1) (``timeout -k 5 <seconds> argv...``, an argv list: no shell) once set_timeout()
+    was called for ``module``, so that a tool that hangs (an ``nvidia-smi`` stuck in the driver) ends with exit
+    status 124 instead of blocking the read."""
+    binary = module.get_bin_path("timeout") if timeout_of(module) else None
+    if not binary:
+        return list(argv)
+    return [binary, "-k", "5", str(timeout_of(module)), *argv]
+
+
+def timed_out(module, argv, answer):
+    """``(rc, stdout, stderr)`` with stderr saying the tool timed out when timeout(1) ended it."""
+    rc, out, err = answer
+    if rc in TIMED_OUT and timeout_of(module) and module.get_bin_path("timeout"):
+        name = os.path.basename(str(argv[0])) if argv else "the command"
+        err = f"{name} timed out after {timeout_of(module)} s (no answer; ended by timeout(1))"
+    return rc, out, err
+
+
+def is_timeout(rc, err):
+    """Whether an answer is that of a command ended for taking too long (by timeout(1) through run(), or by a
+    caller's own runner that says so)."""
+    return rc in TIMED_OUT and any(text in (err or "") for text in ("timed out after", "did not answer within"))
+
+
 def run(module, argv):
-    """``(rc, stdout, stderr)`` of ``argv`` under the C locale: the answer prefetch() already has for
-    this exact argv (taken once), else the command run now."""
+    """``(rc, stdout, stderr)`` of ``argv`` under the C locale and timeout(1) (set_timeout): the answer prefetch()
+    already has for this exact argv (taken once), else the command run now. A command timeout(1) ended answers
+    exit status 124 (or 137) and a stderr saying so."""
     answer = getattr(module, _PREFETCHED, {}).pop(tuple(argv), None)
-    return answer if answer is not None else module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if answer is None:
+        answer = module.run_command(timed_argv(module, argv), environ_update={"LC_ALL": "C"})
+    return timed_out(module, argv, answer)
 
 
 # A PCI address as the vendor tools take it (``-d 0000:18:00.1``): its card is all but the function.
@@ -54,7 +98,8 @@ def _quietly(module, argv):
     window wide; on the simulated fleet at 8 hosts it emptied one ``mlnx_qos -i`` answer of a host read. Such a
     command runs again in run(), alone."""
     try:
-        answer = module.run_command(list(argv), environ_update={"LC_ALL": "C"}, handle_exceptions=False)
+        answer = module.run_command(timed_argv(module, argv), environ_update={"LC_ALL": "C"},
+                                    handle_exceptions=False)
     except Exception:  # noqa: BLE001 - any start failure: run() runs the command again and handles it
         return None
     rc, out, err = answer

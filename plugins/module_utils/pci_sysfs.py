@@ -268,6 +268,24 @@ def _entries_for(pcidir, subdir, class_index):
     return sorted(found.items())
 
 
+def names_of_function(root, pci_address):
+    """``{"netdevs": [...], "rdma_devices": [...]}``: the names the PCI function ``pci_address`` has now (its
+    ``net/`` and ``infiniband/`` entries, or ``class/net``/``class/infiniband`` entries whose ``device`` is it), read
+    at each call: a netdev renamed since discovery (udev, a new ``.link`` file) is found under its new name."""
+    pcidir = os.path.join(root, "bus", "pci", "devices", pci_address)
+    real = os.path.realpath(pcidir)
+    out = {}
+    for key, subdir in (("netdevs", "net"), ("rdma_devices", "infiniband")):
+        names = set(_listdir(os.path.join(pcidir, subdir)))
+        base = os.path.join(root, "class", subdir)
+        for name in _listdir(base):
+            link = os.path.join(base, name, "device")
+            if name not in names and os.path.exists(link) and os.path.realpath(link) == real:
+                names.add(name)
+        out[key] = sorted(names)
+    return out
+
+
 def read_bonds(root):
     """Bonds from ``class/net/*/bonding/slaves`` (space separated) and ``bonding/mode``."""
     bonds = {}

@@ -77,6 +77,19 @@ def failure_reason(stdout, stderr, rc):
     return "; ".join(dict.fromkeys(messages)) or f"exit status {rc}"
 
 
+# Failures of the test harness itself, not of the host or its rail: the TCP port perftest exchanges its connection
+# data on is taken or cannot be bound, or a program the harness needs is missing. Matched on the reason text the
+# module and perftest give (perftest: "Couldn't bind", "Couldn't listen to port", "Address already in use").
+_HARNESS_RE = re.compile(r"(?i)already in use|couldn't bind|unable to bind|bind\(\) failed|failed to bind|"
+                         r"couldn't listen|address in use|perftest is not installed|harness")
+
+
+def is_harness_failure(reason):
+    """Whether a failure ``reason`` is the harness's (port taken, bind, a tool missing), which no remediation of the
+    host can fix, rather than the host's or the rail's."""
+    return bool(reason) and bool(_HARNESS_RE.search(str(reason)))
+
+
 def server_argv(binary, device, port, extra=()):
     """argv of the server side: waits for one client on ``port``."""
     return [binary, "-d", device, "-p", str(port), "--report_gbits", "-F", *extra]

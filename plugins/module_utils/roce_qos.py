@@ -98,6 +98,11 @@ def validate(interfaces):
     return normalized, errors
 
 
+def field_problem(field, value):
+    """What is wrong with one value of ``field`` (one of FIELDS), or None."""
+    return _field_problem(field, value)
+
+
 def _field_problem(field, value):
     """What is wrong with one value, or None."""
     if field == "trust":

@@ -19,6 +19,7 @@ the rack. Two fabric designs are told apart by the neighbours themselves:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 
@@ -37,6 +38,32 @@ def label_value(text):
     return value
 
 
+class Labels:
+    """Label values for names (switches, units, racks, blocks) that keep distinct names distinct: a name whose
+    label_value is empty, or the same as another name's, gets a suffix of its own digest (``leaf-1-3f2a9c``), and
+    a name that lost letters (non-ASCII, or nothing left) is named in a warning with the label it got."""
+
+    def __init__(self, warnings):
+        self.warnings = warnings
+        self.given = {}  # name -> label
+        self.owner = {}  # label -> name
+
+    def __call__(self, name, what):
+        name = str(name)
+        if name in self.given:
+            return self.given[name]
+        value = label_value(name)
+        if not value or self.owner.get(value, name) != name:
+            digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
+            value = f"{value[:56].rstrip('-_.')}-{digest}" if value else f"x-{digest}"
+        if not name.isascii() or value != label_value(name):
+            self.warnings.append(f"{what} {name!r}: not a valid label value as it is; labelled {value!r}, a value "
+                                 "no other name of the fleet gets")
+        self.given[name] = value
+        self.owner[value] = name
+        return value
+
+
 def _leaf_of(rail):
     neighbour = rail.get("neighbour") or {}
     return neighbour.get("switch")
@@ -48,9 +75,24 @@ def _check(hosts):
     for host, data in hosts.items():
         if not isinstance(data, dict) or not isinstance(data.get("rails", []), list):
             raise TopologyError(f"{host}: expected {{fabric, block, rack, rails: [...]}}")
+        seen = set()
         for index, rail in enumerate(data.get("rails") or []):
             if not isinstance(rail, dict) or "rail" not in rail:
                 raise TopologyError(f"{host}: rails[{index}]: expected {{rail, netdev, neighbour}}")
+            number = rail["rail"]
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise TopologyError(f"{host}: rails[{index}].rail: {number!r} is not a rail number (a whole number "
+                                    "from 0)")
+            if number in seen:
+                raise TopologyError(f"{host}: rails[{index}].rail: rail {number} is listed twice")
+            seen.add(number)
+            neighbour = rail.get("neighbour")
+            if neighbour is not None and not isinstance(neighbour, dict):
+                raise TopologyError(f"{host}: rail {number}: neighbour {neighbour!r} is not {{switch, port}}")
+            for key in ("switch", "switch_id", "port"):
+                value = (neighbour or {}).get(key)
+                if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+                    raise TopologyError(f"{host}: rail {number}: neighbour.{key} {value!r} is not a name")
 
 
 def _signature(data):
@@ -92,19 +134,44 @@ def _port_on(data, leaf):
     return None
 
 
+def ports_claimed_twice(hosts):
+    """Switch ports more than one rail reaches (two hosts, or several rails of one, cabled to one port: a wrong
+    cable, or a neighbour read that is stale): ``[{switch, port, rails: [{host, rail, netdev}]}]`` by switch and
+    port. A switch is told by its id when the neighbour has one, else by its name."""
+    claims = {}
+    for host in sorted(hosts):
+        for rail in hosts[host].get("rails") or []:
+            neighbour = rail.get("neighbour") or {}
+            switch, port = neighbour.get("switch"), neighbour.get("port")
+            if not switch or port in (None, ""):
+                continue
+            key = (str(neighbour.get("switch_id") or switch), str(port))
+            claims.setdefault(key, {"switch": switch, "port": port, "rails": []})["rails"].append(
+                {"host": host, "rail": rail.get("rail"), "netdev": rail.get("netdev") or rail.get("pci_address")})
+    return [claims[k] for k in sorted(claims) if len(claims[k]["rails"]) > 1]
+
+
+def describe_claimed_twice(entry):
+    """One line for a switch port several rails reach, naming each of them."""
+    return (f"switch {entry['switch']} port {entry['port']} is reached by {len(entry['rails'])} rails: "
+            + ", ".join(f"{r['host']} rail {r['rail']} ({r['netdev']})" for r in entry["rails"]))
+
+
 def plan(hosts, rail_optimized=()):
     """Topology levels and the cabling contract of a fleet, in one pass.
 
     ``hosts``: host -> ``{fabric, block, rack, rails: [{rail, netdev, pci_address, neighbour: {switch, port} or
     None}]}``; ``block`` and ``rack`` come from the inventory (None when not set); ``rail_optimized``: the fabrics
     declared rail optimized. Returns ``{levels: {host: {block, rack, source}}, miscabled: [...], warnings: [...],
-    units: {fabric: [{name, leaves, hosts}]}}``; ``miscabled`` entries are ``{fabric, unit, host, rail, netdev,
+    units: {fabric: [{name, leaves, hosts}]}, claimed_twice: [...]}`` (ports_claimed_twice; distinct names always
+    get distinct labels, see Labels); ``miscabled`` entries are ``{fabric, unit, host, rail, netdev,
     expected_switch, expected_port, found_switch, found_port, kind}`` (kind ``swapped`` when the found leaf belongs
     to the host's unit under another rail, ``foreign_leaf`` otherwise).
     """
     _check(hosts)
     rail_optimized = set(rail_optimized or ())
     levels, warnings, miscabled, units_out = {}, [], [], {}
+    label = Labels(warnings)
     for host in sorted(hosts):
         for rail in hosts[host].get("rails") or []:
             if not _leaf_of(rail):
@@ -133,12 +200,13 @@ def plan(hosts, rail_optimized=()):
                         continue
                     neighbour = rail.get("neighbour") or {}
                     miscabled.append({
-                        "fabric": fabric, "unit": label_value(unit[0] or ""), "host": host, "rail": int(rail["rail"]),
+                        "fabric": fabric, "unit": label(next((x for x in unit if x), ""), "switch"),
+                        "host": host, "rail": int(rail["rail"]),
                         "netdev": rail.get("netdev"), "pci_address": rail.get("pci_address"),
                         "expected_switch": expected, "expected_port": _port_on(hosts[host], expected),
                         "found_switch": found, "found_port": neighbour.get("port"),
                         "kind": "swapped" if found in unit_leaves else "foreign_leaf"})
-            units_out[fabric] = [{"name": label_value(next((x for x in u if x), "")), "leaves": list(u),
+            units_out[fabric] = [{"name": label(next((x for x in u if x), ""), "switch"), "leaves": list(u),
                                   "hosts": unit_hosts[u]} for u in units]
             rack_of = {h: units_out[fabric][units.index(u)]["name"] for u in units for h in unit_hosts[u]}
         else:
@@ -146,16 +214,17 @@ def plan(hosts, rail_optimized=()):
             for host in members:
                 leaves = [x for x in _signature(hosts[host]) if x]
                 if leaves:
-                    rack_of[host] = label_value(Counter(leaves).most_common(1)[0][0])
+                    rack_of[host] = label(Counter(leaves).most_common(1)[0][0], "switch")
         for host in members:
             data = hosts[host]
             rack = rack_of.get(host)
             source = "neighbours" if rack else "inventory"
             if not rack and data.get("rack"):
-                rack = label_value(data["rack"])
-            levels[host] = {"block": label_value(data.get("block") or fabric), "rack": rack or None,
+                rack = label(data["rack"], f"{host}: rack")
+            levels[host] = {"block": label(data.get("block") or fabric, f"{host}: block"), "rack": rack or None,
                             "source": source if rack else "none"}
-    return {"levels": levels, "miscabled": miscabled, "warnings": warnings, "units": units_out}
+    return {"levels": levels, "miscabled": miscabled, "warnings": warnings, "units": units_out,
+            "claimed_twice": ports_claimed_twice(hosts)}
 
 
 def describe_miscabled(entry):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os.path
 import re
 
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import perftest
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxconfig import values_equal
 
 CHECKS = ("gpu_count", "gpu_product", "driver_version", "fabric_manager", "fabric_state", "nvidia_peermem",
@@ -564,7 +565,9 @@ def judge_pairs(tests, results, threshold_pct, server_errors=None):
         A failed test counts against a host (``blamed``) unless that host passed the same rail in
         another test: a host whose rail is broken fails both its tests (as server and as client) and
         its peers, who pass their other test, are not blamed. A server that did not start is blamed
-        alone; its client is not.
+        alone; its client is not. A failure of the harness (perftest.is_harness_failure: the port was
+        taken, a bind failed, a tool is missing) is ``status`` ``harness_error`` with ``failed_side``
+        ``harness``: no host is blamed for it, and it is not a measurement of the rail.
     """
     server_errors = server_errors or {}
     verdicts = []
@@ -574,7 +577,11 @@ def judge_pairs(tests, results, threshold_pct, server_errors=None):
         need = line * threshold_pct / 100.0 if line else None
         gbps = res.get("gbps")
         server_down = server_errors.get(test["id"])
-        if server_down:
+        if server_down and perftest.is_harness_failure(server_down):
+            status, why, server_down = "harness_error", f"harness error, the server did not run: {server_down}", None
+        elif not server_down and res.get("error") and perftest.is_harness_failure(res["error"]):
+            status, why = "harness_error", f"harness error: {res['error']}"
+        elif server_down:
             status, why = "fail", f"the server did not run: {server_down}"
         elif res.get("error"):
             status, why = "fail", f"ib_write_bw failed: {res['error']}"
@@ -592,7 +599,7 @@ def judge_pairs(tests, results, threshold_pct, server_errors=None):
         if status == "fail":
             blame["server"] = server_down or (test["server"], test["rail"]) not in passed
             blame["client"] = not server_down and (test["client"], test["rail"]) not in passed
-        failed_side = None
+        failed_side = "harness" if status == "harness_error" else None
         if status == "fail":
             failed_side = ("both" if all(blame.values()) else "server" if blame["server"]
                            else "client" if blame["client"] else "link")
@@ -603,13 +610,20 @@ def judge_pairs(tests, results, threshold_pct, server_errors=None):
                 "blamed": blame[me], "failed_side": failed_side,
                 "reason": (f"rail {test['rail']} {test[me + '_device']} as {me} <-> {test[peer]} "
                            f"{test[peer + '_device']}: {why} (failed side: {failed_side})")
-                if status == "fail" else "",
+                if status != "pass" else "",
             })
     return out
 
 
+def harness_errors(pairs):
+    """The reasons of the tests the harness failed (port taken, bind, a tool missing): reported, never the
+    host's failure."""
+    return list(dict.fromkeys(p["reason"] for p in pairs or [] if p.get("status") == "harness_error"))
+
+
 def verdict(checks, pairs):
-    """``(passed, failures)``: the node passes when no check failed and no pair is blamed on it."""
+    """``(passed, failures)``: the node passes when no check failed and no pair is blamed on it (a harness error is
+    not blamed on anyone)."""
     failures = [c["reason"] or c["check"] for c in checks if c["status"] == "fail"]
     failures += [p["reason"] for p in pairs or [] if p["status"] == "fail" and p.get("blamed")]
     failures = list(dict.fromkeys(failures))  # one line per distinct reason (nvidia-smi missing fails 4 checks)

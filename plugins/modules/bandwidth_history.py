@@ -77,8 +77,16 @@ options:
     description: The collection version recorded with each row (default the version of this collection).
     type: str
 notes:
-  - Fails, naming the host, when a host of O(hosts) has no O(result_var) or a result entry lacks a field; fails
-    naming the database when it cannot be opened or written. Nothing is recorded then.
+  - Fails, naming the host, when a host of O(hosts) has no O(result_var) or a result entry lacks a field or holds an
+    impossible value (a Gb/s that is not a finite number from 0, above 1.5 times its line rate or above 3200 Gb/s; a
+    rail that is not a whole number; a line rate of 0 or less); fails naming the database when it cannot be opened
+    or written. Nothing is recorded then.
+  - The latest results are the latest runs in the order they were recorded (each run gets a sequence number), not
+    by their time, so a run dated in the future by a clock set wrong does not pin the baseline.
+  - The database has a schema version (C(PRAGMA user_version)) and is moved forward by migrations in one
+    transaction. A file that is not this database (not SQLite, other tables, a newer schema) is refused and left as
+    it is, never chmod'ed. In check mode nothing is created or written, and an existing database is opened
+    read-only (check mode works on a read-only filesystem).
   - "SQLite: U(https://www.sqlite.org/lang_createtable.html); Python's sqlite3 module:
     U(https://docs.python.org/3/library/sqlite3.html)."
 seealso:
@@ -138,6 +146,13 @@ by_host:
   type: dict
   sample: {dgx1: ["dgx1 rail 3 (as client, peer hgx1 rail 3): 346 Gb/s is 9.9% below its own baseline 384 Gb/s
                    (median of its last 5 results)"]}
+harness_errors:
+  description: Host to the reasons of its tests the harness failed (C(status=harness_error) in its validation
+    result, such as a port taken by another process); they are not measurements and not recorded in the history.
+  returned: always
+  type: dict
+  sample: {dgx1: ["rail 0 mlx5_0 as server <-> hgx1 mlx5_0: harness error, the server did not run: port 18515 is
+                   already in use (another process listens on it): not started (failed side: harness)"]}
 trend:
   description: C(host/rail) to its latest runs, oldest first, each C({run, time, gbps}) with the run's lowest result.
   returned: always

@@ -123,6 +123,14 @@ options:
     description: Prefix of O(files) (C(/) on a host; a tree in tests).
     type: path
     default: /
+  timeout:
+    description:
+      - Seconds each tool call (C(nvidia-smi), C(mlxconfig), C(mlxreg), C(mlnx_qos), C(lldpctl), C(dpkg-query) ...)
+        may take before C(timeout(1)) ends it (1 to 3600). A C(nvidia-smi) that hangs is reported in
+        RV(host_state.nvidia_smi) (C(error), saying it timed out); another tool that hangs fails the read naming it.
+      - One C(lldpctl -f keyvalue) line of no known form is reported as a warning and the other lines are read.
+    type: int
+    default: 60
   result_files:
     description:
       - Also read the text of the collection's result files in this directory (every C(*.json) file, as
@@ -242,7 +250,9 @@ host_state:
         - The C(nvidia-smi -q) read in the shape the node read-back of M(mlplatform.gpunode.node_validation) returns
           it in its C(observed.nvidia_smi) (C(driver_version), C(cuda_version), C(attached_gpus), C(gpus) with
           each GPU's C(pci_address), C(product_name), C(memory_total_mib), C(persistence_mode), C(fabric_state),
-          ...), or C({error}) with the tool's reason when it is not installed or fails.
+          ...; C(unreachable) maps a GPU nvidia-smi could not get a device handle for to the reason), or C({error})
+          with the reason when the tool is not installed, fails, hangs (O(timeout)) or prints an output cut short or
+          of an unknown format; the rest of the host is read either way.
       type: dict
     affinity:
       description: GPU PCI address -> the PCI address of its rail NIC (C(null) for none), as the node read-back
@@ -298,6 +308,10 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery impor
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.mlxreg import get_argv, parse_get
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health import (
+    query_completeness,
+    split_device_handle_errors,
+)
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import (
     config_of,
     pending_params,
@@ -474,8 +488,12 @@ class Reader:
         ethernet = [r for r in rails if r.get("link_layer") != "InfiniBand" and r.get("netdev")]
         infiniband = [r for r in rails if r.get("link_layer") == "InfiniBand" and r.get("rdma_device")]
         if ethernet:
+            unparsed = []
             heard = self._neighbour_tool(sources, "lldp", "lldpctl", ["-f", "keyvalue"], "the LLDP neighbours",
-                                         nb.parse_lldpctl_keyvalue)
+                                         lambda text: nb.parse_lldpctl_keyvalue(text, unparsed))
+            for bad in unparsed:  # one line of an unknown form is reported; the others are read
+                self.module.warn(f"host_state: lldpctl -f keyvalue line {bad['line']} is of no known form, left "
+                                 f"out: {bad['text']}")
             for rail in ethernet if heard else []:
                 found = (heard.get(rail["netdev"]) or [None])[0]
                 if found and found.get("switch"):
@@ -500,23 +518,36 @@ class Reader:
 
     def nvidia_smi(self):
         """``(observed, driver)``: ``nvidia-smi -q`` as node_validation's read-back returns it (``{error}`` when the
-        tool is missing or fails), and the driver summary of RV(host_state.gpu_driver). Output in an unknown format
-        fails the read."""
+        tool is missing, fails, hangs, or prints an output cut short or of an unknown format; ``unreachable`` names
+        the GPUs nvidia-smi could not get a device handle for), and the driver summary of RV(host_state.gpu_driver).
+        The rest of the host is read either way."""
         driver = {"loaded": False, "driver_version": None, "persistence_mode": None, "fabric_state": None,
                   "error": None, "gpu_count": 0}
         binary = self.tools["nvidia-smi"]
         if not binary:
             return {"error": "not installed (no nvidia-smi on PATH)"}, driver
         rc, out, err = self.run([binary, "-q"], check=False)
-        if rc != 0:
+        # A GPU nvidia-smi cannot reach is named (it prints the others and exits non-zero); a hung, cut or
+        # unreadable output is an error of this read, not GPUs missing.
+        out, unreachable = split_device_handle_errors(out)
+        _rest, more = split_device_handle_errors(err)
+        unreachable.update(more)
+        if rc != 0 and (node_reads.is_timeout(rc, err) or not unreachable):
             return ({"error": f"exit status {rc}: {(err or out).strip()}"},
                     dict(driver, error=(err or out).strip() or f"nvidia-smi -q exited {rc}"))
         try:
             parsed = parse_query(out)
         except ParseError as exc:
-            self.fail_parse("nvidia-smi -q", exc, out)
+            return {"error": f"nvidia-smi -q: {exc}"}, dict(driver, error=f"nvidia-smi -q: {exc}")
+        sections = [(g["bus_id"], g["fields"]) for g in parsed["gpus"]]
+        incomplete, _cut = query_completeness({"Attached GPUs": str(parsed["attached_gpus"] or "")}, sections)
+        if incomplete and not (unreachable and parsed["attached_gpus"] == len(sections) + len(unreachable)):
+            why = f"nvidia-smi -q: the output is cut short: {incomplete}"
+            return {"error": why}, dict(driver, error=why)
         summary = driver_summary(parsed)
         observed = dict(parsed, gpus=[{k: v for k, v in gpu.items() if k != "fields"} for gpu in parsed["gpus"]])
+        if unreachable:
+            observed["unreachable"] = unreachable
         return observed, {"loaded": True, "driver_version": summary["driver_version"],
                           "persistence_mode": summary["persistence_mode"], "fabric_state": summary["fabric_state"],
                           "error": None, "gpu_count": len(summary["gpus"])}
@@ -550,11 +581,15 @@ def main():
             "connection_address": {"type": "str"},
             "read_workers": {"type": "int", "default": 8},
             "result_files": {"type": "path"},
+            "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
     host = name_the_host(module, "host_state")
     params = module.params
+    if not 1 <= params["timeout"] <= 3600:
+        module.fail_json(msg=f"host_state: timeout {params['timeout']} must be 1 to 3600 seconds")
+    node_reads.set_timeout(module, params["timeout"])
     sysfs_root = params["sysfs_root"]
     reader = Reader(module)
     management, network_facts = None, {}

@@ -124,7 +124,9 @@ started:
 server_errors:
   description:
     - Test id -> why its server is not running (it exited before its client connected), read from its log.
-    - The validation gate then blames the server host, not the client.
+    - The validation gate then blames the server host, not the client; unless it is a failure of the harness (the
+      port taken by another process, a bind that failed, perftest or C(timeout(1)) missing), which is a harness
+      error blamed on no host.
   returned: always
   type: dict
   sample: {"dgx01:0-hgx01:0": "exit status 1: Couldn't listen to port 18515"}
@@ -308,9 +310,14 @@ def main():
     if module.check_mode or not (params["servers"] or params["clients"]):
         module.exit_json(changed=False, started={}, server_errors={}, tests={})
     binary = module.get_bin_path("ib_write_bw")
+    missing = None
     if not binary:
-        # Reported per test, so the validation gate can say why each pair failed.
         missing = "perftest is not installed on this host (no ib_write_bw on PATH)"
+    elif not module.get_bin_path("timeout"):
+        missing = "the harness's timeout(1) is missing on this host (coreutils)"
+    if missing:
+        # Reported per test, so the validation gate can say why each pair did not run (a harness error: perftest.
+        # is_harness_failure), instead of failing the host.
         module.exit_json(changed=False, started={},
                          server_errors={s["id"]: missing for s in params["servers"]}, tests={
             c["id"]: {"gbps": None, "peak_gbps": None, "error": missing, "rc": None} for c in params["clients"]})

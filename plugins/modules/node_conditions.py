@@ -44,8 +44,9 @@ options:
     description: The kubeconfig context (default its current context).
     type: str
 notes:
-  - Fails naming the Node and the condition for a bad type, status or reason (before anything is written); naming
-    the Node when it does not exist or a patch is refused.
+  - Fails naming the Node and the condition for a bad type, status or reason (before anything is written). Every
+    Node is read before any is patched, so a Node that does not exist (all of them are named) fails the task with
+    nothing written; a patch the API server refuses is named with the Nodes patched before it.
   - "Node conditions: U(https://kubernetes.io/docs/reference/node/node-status/#condition); the status
     subresource: U(https://kubernetes.io/docs/reference/using-api/api-concepts/#patch-and-apply)."
 requirements:

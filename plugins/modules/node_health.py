@@ -94,12 +94,40 @@ options:
         idle (PCIe cards); the width is always compared.
     type: bool
     default: true
+  xid_handled_before:
+    description:
+      - The time of the last handling recorded for the host (a GPU reset, a remediation that returned it), as
+        seconds since the epoch or an ISO 8601 time with its offset. Xid events logged at or before it are not
+        conditions; they are listed in RV(observed) C(kernel_log.handled).
+      - Whatever this option, an Xid whose fault the GPU's current state no longer shows is handled too - Xid 48 when
+        the GPU's volatile uncorrectable ECC count reads 0 (reset since), Xid 63 when no row remap is pending.
+    type: raw
+  timeout:
+    description:
+      - Seconds each tool call (C(nvidia-smi), C(dmesg), C(mlxreg), C(mlnx_qos)) may take before C(timeout(1)) ends
+        it (1 to 3600). A tool that hangs gives a condition naming it (for C(nvidia-smi), C(GPUDriverUnavailable)
+        with reason C(NvidiaSmiTimedOut)), and the rest of the host is read.
+    type: int
+    default: 60
 notes:
   - >-
-    Errors: a missing or failing C(nvidia-smi) gives the condition C(GPUDriverUnavailable); an unreadable kernel log
-    or register gives a condition with status C(Unknown). The module fails only on bad input (O(hw) without
-    C(gpus)/C(rails)), an unreadable O(sysfs_root) or O(proc_root), or output of a format it does not know
-    (C(nvidia-smi -q), an C(NVRM: Xid) line, a sysfs link or proc file), naming the file or line.
+    Errors: a missing or failing C(nvidia-smi) gives the condition C(GPUDriverUnavailable), one that hangs the same
+    with status C(Unknown); an unreadable kernel log or register gives a condition with status C(Unknown).
+  - >-
+    One bad read does not stop the others. A GPU field that reads C(ERR!), C([Unknown Error]) or any value of no
+    known form gives C(GPUFieldUnreadable) naming the GPU and the field, and its other fields are judged; a GPU
+    nvidia-smi cannot reach (C(Unable to determine the device handle for GPU ...)) gives C(GPUUnreachable) naming
+    it. An C(nvidia-smi -q) output cut short (fewer GPU sections than C(Attached GPUs), a last section that ends
+    early) or of a format it does not know gives C(GPUQueryIncomplete) with status C(Unknown), and no GPU is then
+    judged missing. An C(NVRM: Xid) line of an unknown shape is reported as a warning and the rest of the log is
+    read; an unreadable sysfs link file or proc file gives a condition with status C(Unknown) for that device or
+    process.
+  - >-
+    The module fails only on bad input (O(hw) without C(gpus)/C(rails), a bad O(expect) or O(timeout)), or an
+    unreadable O(sysfs_root) or O(proc_root), naming the option. O(expect) is checked whole before anything is read,
+    every problem named (C(expect.roce_accl) a field the ROCE_ACCL register does not have or a value out of its
+    range, C(expect.num_vfs) below 0, C(expect.qos.pfc) not 8 entries of 0 or 1, an ECN priority outside 0..7, a
+    DSCP, ToS or MTU out of range), so an impossible declaration is refused instead of every rail reported drifted.
 seealso:
   - module: mlplatform.gpunode.node_validation
   - module: mlplatform.gpunode.nic_info
@@ -141,7 +169,8 @@ conditions:
   contains:
     type:
       description: >-
-        One of GPUMissing, GPUDriverUnavailable, KernelLogUnavailable, GPUFallenOffBus (Xid 79), GPUDoubleBitECCError
+        One of GPUMissing, GPUDriverUnavailable, GPUQueryIncomplete, GPUUnreachable, GPUFieldUnreadable,
+        KernelLogUnavailable, GPUFallenOffBus (Xid 79), GPUDoubleBitECCError
         (48), GPURowRemapEvent (63), GPURowRemapFailure (64 or Remapping Failure Occurred), GPUNVLinkError (74),
         GPUUncontainedECCError (95), GPUXidError (other O(xids)), GPURetiredPagesPending, GPUUncorrectableECC,
         GPUFabricNotReady, GPUPersistenceModeOff, PCIeLinkDegraded, PCIeDeviceMissing, RailLinkDown,
@@ -154,7 +183,8 @@ conditions:
     reason:
       description: >-
         CamelCase cause, for example Xid79, PendingPageRetirement, RowRemapPending, VolatileUncorrectableECC,
-        PCIeWidthDowngraded, PCIeSpeedDowngraded, PortNotActive, RateBelowDiscovered, VFCountChanged,
+        PCIeWidthDowngraded, PCIeSpeedDowngraded, NvidiaSmiTimedOut, OutputTruncated, OutputUnparseable,
+        DeviceHandleUnavailable, UnreadableValue, PortNotActive, RateBelowDiscovered, VFCountChanged,
         AdaptiveRoutingChanged, TrustChanged, PFCChanged, ECNChanged, QoSChanged, ProcessStuckInDState.
       type: str
     message:
@@ -166,9 +196,12 @@ conditions:
       type: str
     check:
       description: >-
-        The check that found it (gpu_count, gpu, xid, retired_pages, ecc, persistence, fabric, pcie, rail, vfs,
-        roce_accl, qos, processes).
+        The check that found it (gpu_count, gpu, gpu_query, xid, retired_pages, ecc, persistence, fabric, pcie, rail,
+        vfs, roce_accl, qos, processes).
       type: str
+    last_seen:
+      description: For an Xid condition, the time of its last event in seconds since the epoch (null when unknown).
+      type: float
     remedy:
       description: >-
         V(hardware) (needs hardware service; a pipeline re-run cannot fix it), V(reset) (a GPU reset or reboot),
@@ -179,7 +212,10 @@ observed:
     What was read, for debugging: C(nvidia_smi) (per GPU PCI address the health fields), C(kernel_log) (C(xids):
     every Xid event with xid, pci_address, time, pid, process, text), C(pcie) (per device current/max speed in GT/s
     and width in lanes), C(rails) (per rail port state, rate in Gb/s, VF count), C(roce_accl), C(qos), C(processes)
-    (C(d_state): pid, cmd, age_s).
+    (C(d_state): pid, cmd, age_s), and C(names) (per rail PCI address whose netdev or RDMA device is not the one
+    discovery recorded: its C(netdev) and C(rdma_device) now, null when the function has none, and the
+    C(discovered_netdev) and C(discovered_rdma_device)). Each rail's names are resolved from its PCI address at
+    every read.
   returned: always
   type: dict
 """
@@ -187,9 +223,60 @@ observed:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import node_health
+from ansible_collections.mlplatform.gpunode.plugins.module_utils import mlxreg, node_health, node_reads, roce_qos
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health_read import HealthReadError, observe
+
+MAX_VFS = 65535  # TotalVFs is a 16-bit field of the SR-IOV capability
+MAX_GBPS = 3200
+
+
+def check_expect(raw):
+    """``(expect, problems)``: the declared values checked before anything is read, each problem naming
+    ``expect.<key>``; values normalized as node_health compares them (PFC a list of 8 ints, ECN priorities sorted)."""
+    expect = {k: v for k, v in raw.items() if v not in (None, {}, "")}
+    problems = []
+    vfs = expect.get("num_vfs")
+    if vfs is not None and not 0 <= vfs <= MAX_VFS:
+        problems.append(f"expect.num_vfs: {vfs} is not a VF count 0..{MAX_VFS}")
+    speed = expect.get("link_speed_gbps")
+    if speed is not None and not 0 < speed <= MAX_GBPS:
+        problems.append(f"expect.link_speed_gbps: {speed} is not a port rate 1..{MAX_GBPS} Gb/s")
+    accl = expect.get("roce_accl") or {}
+    for name, value in sorted(accl.items(), key=lambda kv: str(kv[0])):
+        if name not in mlxreg.ROCE_ACCL_FIELDS:
+            problems.append(f"expect.roce_accl: the ROCE_ACCL register has no field {name!r} (fields: "
+                            f"{', '.join(mlxreg.ROCE_ACCL_FIELDS)})")
+            continue
+        low, high = mlxreg.field_range(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            problems.append(f"expect.roce_accl.{name}: {value!r} is not an integer {low}..{high}")
+    qos = dict(expect.get("qos") or {})
+    unknown = sorted(str(k) for k in set(qos) - set(node_health.QOS_KEYS))
+    if unknown:
+        problems.append(f"expect.qos has unknown keys {', '.join(unknown)} (known: {', '.join(node_health.QOS_KEYS)})")
+    for key in roce_qos.FIELDS:
+        if qos.get(key) is None:
+            continue
+        problem = roce_qos.field_problem(key, qos[key])
+        if problem:
+            problems.append(f"expect.qos.{key}: {problem}")
+        elif key == "pfc":
+            qos[key] = [int(v) for v in qos[key]]
+        elif key in roce_qos.ECN_POINTS:
+            qos[key] = sorted({int(v) for v in qos[key]})
+        elif key != "trust":
+            qos[key] = int(qos[key])
+    if qos.get("pfc_priorities") is not None:
+        prios = qos["pfc_priorities"]
+        if not isinstance(prios, list) or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7
+                                                  for p in prios):
+            problems.append(f"expect.qos.pfc_priorities: {prios!r} is not a list of priorities 0..7")
+        else:
+            qos["pfc_priorities"] = sorted(set(prios))
+    if qos:
+        expect["qos"] = qos
+    return expect, problems
 
 
 def main():
@@ -208,6 +295,8 @@ def main():
             "xids": {"type": "list", "elements": "int", "default": list(node_health.DEFAULT_XIDS)},
             "d_state_min_age": {"type": "int", "default": 300},
             "pcie_gpu_speed": {"type": "bool", "default": True},
+            "timeout": {"type": "int", "default": 60},
+            "xid_handled_before": {"type": "raw"},
         },
         supports_check_mode=True,
     )
@@ -217,17 +306,22 @@ def main():
     for key in ("gpus", "rails"):
         if not isinstance(hw.get(key), list):
             module.fail_json(msg=f"node_health: hw.{key} is missing: pass the discovery role's gpunode_hw fact")
-    expect = {k: v for k, v in (params["expect"] or {}).items() if v not in (None, {}, "")}
-    bad_accl = sorted(k for k, v in (expect.get("roce_accl") or {}).items()
-                      if not isinstance(v, int) or isinstance(v, bool))
-    if bad_accl:
-        module.fail_json(msg="node_health: expect.roce_accl values must be integers: " + ", ".join(bad_accl))
-    unknown_qos = sorted(set(expect.get("qos") or {}) - set(node_health.QOS_KEYS))
-    if unknown_qos:
-        module.fail_json(msg=f"node_health: expect.qos has unknown keys {', '.join(unknown_qos)} "
-                         f"(known: {', '.join(node_health.QOS_KEYS)})")
+    expect, problems = check_expect(params["expect"] or {})
+    if problems:
+        module.fail_json(msg="node_health: expect is refused, nothing was read: " + "; ".join(problems),
+                         errors=problems)
     if params["d_state_min_age"] < 0:
         module.fail_json(msg="node_health: d_state_min_age must be 0 or more seconds")
+    if not 1 <= params["timeout"] <= 3600:
+        module.fail_json(msg=f"node_health: timeout {params['timeout']} must be 1 to 3600 seconds")
+    node_reads.set_timeout(module, params["timeout"])
+    handled_before = None
+    if params["xid_handled_before"] is not None:
+        raw = params["xid_handled_before"]
+        handled_before = node_health.parse_time(raw)
+        if handled_before is None:
+            module.fail_json(msg=f"node_health: xid_handled_before {raw!r} is not a time (seconds since the epoch, "
+                                 "or an ISO 8601 time with its offset such as 2026-12-01T08:00:00+00:00)")
     for path, what in ((params["sysfs_root"], "sysfs_root"), (params["proc_root"], "proc_root")):
         if not os.path.isdir(path):
             module.fail_json(msg=f"node_health: {what} {path} is not a directory")
@@ -237,6 +331,7 @@ def main():
         module.fail_json(msg=f"node_health: {exc}")
     conditions = node_health.evaluate(hw, observed, {
         **expect, "xids": params["xids"], "d_state_min_age_s": params["d_state_min_age"],
+        "xid_handled_before": handled_before,
         "pcie_gpu_speed": params["pcie_gpu_speed"]})
     module.exit_json(changed=False, healthy=not conditions, conditions=conditions, observed=observed)
 

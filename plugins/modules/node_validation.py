@@ -175,7 +175,9 @@ checks:
       description: Empty on pass; on fail one sentence naming device and values.
       type: str
 observed:
-  description: The raw read-back (nvidia-smi, per-NIC link and VF state, NV config, ROCE_ACCL, QoS) for debugging.
+  description: The raw read-back (nvidia-smi, per-NIC link and VF state, NV config, ROCE_ACCL, QoS) for debugging;
+    C(names) lists the rails whose netdev or RDMA device is not the one discovery recorded (resolved from the PCI
+    address at each read, so a netdev renamed since discovery is read under its new name).
   returned: always
   type: dict
 result_files:
@@ -200,6 +202,7 @@ from ansible_collections.mlplatform.gpunode.plugins.module_utils import (
 )
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.host_errors import name_the_host
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nic_roles import classify
+from ansible_collections.mlplatform.gpunode.plugins.module_utils.node_health_read import current_rails
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.nvconfig import query_argv
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.parsing import ParseError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.pci_sysfs import SysfsError, read_sysfs
@@ -349,8 +352,14 @@ def main():
     except ValueError as exc:
         module.fail_json(msg=f"node_validation: {exc}")
     try:
+        # Each rail's netdev and RDMA device as its PCI function has them now (a netdev renamed since discovery is
+        # read under its new name), recorded in observed.names when they changed.
+        rails, renamed = current_rails(module.params["sysfs_root"], hw["rails"])
+        hw = {**hw, "rails": rails}
         observed = observe(module, module.params["sysfs_root"], hw, expect, module.params["read_workers"],
                            module.params["known"])
+        if renamed:
+            observed["names"] = renamed
     except SysfsError as exc:
         module.fail_json(msg=f"node_validation: {exc}", sysfs_root=module.params["sysfs_root"])
     checks = check_node(hw, observed, expect)

@@ -116,11 +116,22 @@ miscabled:
   type: list
   elements: dict
 by_host:
-  description: Host to one line per miscabled rail, naming the rail, its netdev and the switch ports expected and found.
+  description: Host to one line per miscabled rail, naming the rail, its netdev and the switch ports expected and found,
+    and one line per switch port it reaches that another rail reaches too (RV(claimed_twice)).
   returned: always
   type: dict
+claimed_twice:
+  description:
+    - Every switch port more than one rail reaches (two hosts, or two rails of one host, on one port),
+      C({switch, port, rails}) with C(rails) a list of C({host, rail, netdev}). A switch is told by its id when the
+      neighbour read has one, else by its name.
+  returned: always
+  type: list
+  elements: dict
 warnings:
-  description: One line per rail without a neighbour.
+  description: One line per rail without a neighbour, and one per switch, rack or block name that is not a valid
+    label value as it is (non-ASCII letters, or nothing left), naming the label it got. Distinct names always get
+    distinct labels (a digest suffix where they would collapse).
   returned: always
   type: list
   elements: str

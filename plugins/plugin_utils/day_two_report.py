@@ -11,7 +11,6 @@ last runs with its baseline; the remediation events are listed newest first.
 from __future__ import annotations
 
 import html
-import sqlite3
 import time
 from contextlib import closing
 from pathlib import Path
@@ -37,8 +36,8 @@ def load(path, *, window=10, drop_pct=10.0, threshold_pct=90.0, points=POINTS, e
     lowest result per run, oldest first), ``baseline_gbps``, ``reasons`` and ``line``."""
     if not path or not Path(path).is_file():
         return None
-    uri = Path(path).resolve().as_uri() + "?mode=ro"
-    with closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+    # Verified and read-only; an older schema is moved forward in a copy in memory.
+    with closing(history_db.open_db(str(path), check_mode=True)) as conn:
         states, rows, rails = [], [], []
         if _table(conn, "remediation"):
             states = [dict(zip(("host", "fabric", "state", "attempts", "reason", "updated"), r, strict=True))
@@ -58,7 +57,8 @@ def load(path, *, window=10, drop_pct=10.0, threshold_pct=90.0, points=POINTS, e
 
 def _flagged_rails(conn, window, drop_pct, threshold_pct, points):
     latest = {}
-    for host, rail, run in conn.execute("SELECT host, rail, run FROM bandwidth b WHERE time = (SELECT MAX(time) "
+    # The latest run of each rail by run sequence (the order runs were recorded in, whatever their clock said).
+    for host, rail, run in conn.execute("SELECT host, rail, run FROM bandwidth b WHERE seq = (SELECT MAX(seq) "
                                         "FROM bandwidth WHERE host = b.host AND rail = b.rail) GROUP BY host, rail"):
         latest[(host, rail)] = run
     out = []

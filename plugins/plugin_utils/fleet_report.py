@@ -23,6 +23,7 @@ import importlib
 import json
 import math
 import re
+import sqlite3
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -419,6 +420,7 @@ def validation_summary(name: str, validation: dict | None) -> dict:
         "checks": len(checks),
         "failed_checks": sum(1 for c in checks if c.get("status") == "fail"),
         "pairs": [{**p, "host": p.get("host") or name} for p in pairs],
+        "harness_errors": [p.get("reason") for p in pairs if p.get("status") == "harness_error"],
         "taint": validation.get("taint"),
     }
 
@@ -769,9 +771,14 @@ def html_host_details(hosts: list[dict]) -> str:
         else:
             out.append("<p>No discovery result.</p>\n")
         pairs = v["pairs"]
+        if v.get("harness_errors"):
+            out.append('<p class="harness">Harness errors (the test harness failed, not this host; nothing was '
+                       "measured):</p>\n<ul>" + "".join(f"<li>{esc(str(r))}</li>" for r in v["harness_errors"])
+                       + "</ul>\n")
         if pairs:
             bad = [p for p in pairs if p.get("status") == "fail"]
-            out.append(f"<p><code>ib_write_bw</code>: {len(pairs) - len(bad)} of {len(pairs)} tests passed (as "
+            good = sum(1 for p in pairs if p.get("status") == "pass")
+            out.append(f"<p><code>ib_write_bw</code>: {good} of {len(pairs)} tests passed (as "
                        "server or client; all figures in the heatmap).</p>\n")
             if bad:
                 out.append('<table class="pairs">\n<tr><th>rail</th><th>side</th><th>peer</th><th>peer rail</th>'
@@ -1013,7 +1020,10 @@ def write_report(input_dir: Path, output_dir: Path, inputs: dict | None = None,
     if inputs is None:
         inputs = load_inputs(Path(input_dir))
     report = build(inputs)
-    report["day_two"] = _section("day_two_report").load(history) if history else None
+    try:
+        report["day_two"] = _section("day_two_report").load(history) if history else None
+    except (OSError, sqlite3.Error) as exc:
+        raise ReportInputError(f"history: the day-two database {history} cannot be read: {exc}") from None
     # The topology action's result (tree, miscabled rails, warnings), when the run read the topology.
     report["topology"] = {k: topology.get(k) for k in ("tree", "miscabled", "warnings")} if topology else None
     run = inputs.get("run") or {}

@@ -85,10 +85,15 @@ def test_the_database_is_private_and_check_mode_writes_nothing(tmp_path):
     plugin._task.check_mode = True
     out = plugin.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["dgx1"]})
     assert out["recorded"] == 0 and out["changed"] is False
+    assert not (tmp_path / "h").exists()  # check mode creates nothing
+    plugin._task.check_mode = False
+    assert plugin.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["dgx1"]})["recorded"] == 1
+    plugin._task.check_mode = True
+    assert plugin.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": ["dgx1"]})["recorded"] == 0
     assert stat.S_IMODE((tmp_path / "h" / "bw.sqlite").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "h").stat().st_mode) == 0o700
     with sqlite3.connect(tmp_path / "h" / "bw.sqlite") as conn:
-        assert conn.execute("SELECT COUNT(*) FROM bandwidth").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM bandwidth").fetchone() == (1,)
 
 
 @pytest.mark.parametrize(("results", "args", "message"), [

@@ -67,6 +67,8 @@ def _provision(store, *hosts, state="ok"):
     ({"interval": 600, "every": 1}, "revalidate: unknown settings: every"),
     ({"interval": 600, "batch": "0"}, "revalidate.batch: '0' is not a count or a percentage"),
     ({"interval": 600, "max_unavailable": "150%"}, "revalidate.max_unavailable: '150%'"),
+    ({"interval": 600, "max_unavailable": "½"}, "revalidate.max_unavailable: '½' is not a count or a percentage"),
+    ({"interval": 600, "max_unavailable": "two"}, "revalidate.max_unavailable: 'two' is not a count"),
     ({"interval": 600, "hosts": "some"}, "revalidate.hosts: 'some' is not one of provisioned, inventory"),
     ({"interval": 600, "remediate": "yes"}, "revalidate.remediate: 'yes' is not true or false"),
     ({"interval": 600, "max_attempts": 0}, "revalidate.max_attempts: must be at least 1"),

@@ -123,6 +123,9 @@ def sim(tmp_path, monkeypatch):
     calls = []
 
     def run_command(self, argv, **kwargs):
+        if argv[0] == "/usr/bin/timeout":  # timeout -k 5 <seconds> <argv>: every tool runs under timeout(1)
+            assert argv[1:3] == ["-k", "5"] and argv[3].isdigit(), argv
+            argv = argv[4:]
         tool = argv[0].rsplit("/", 1)[-1]
         calls.append([tool, *argv[1:]])
         if tool in SIM_TOOLS:
@@ -330,7 +333,7 @@ def test_unreadable_package_database_fails_naming_it(sim, monkeypatch):
     original = basic.AnsibleModule.run_command
 
     def broken(self, argv, **kwargs):
-        if argv[0].endswith("dpkg-query"):
+        if argv[4].endswith("dpkg-query"):  # under timeout -k 5 <seconds>
             return 0, "garbage\n", ""
         return original(self, argv, **kwargs)
 
@@ -494,3 +497,64 @@ def test_a_prefetched_answer_without_any_output_runs_again_alone():
     assert node_reads.run(module, ["mlnx_qos", "-i", "eth0"]) == (0, "mlnx_qos -i eth0 output", "")
     assert node_reads.run(module, ["quiet"]) == (1, "", "")
     assert [r[0] for r in runs].count("mlnx_qos") == 2 and [r[0] for r in runs].count("quiet") == 1
+
+
+def test_a_tool_that_hangs_is_ended_and_named(sim, monkeypatch):
+    """Every tool runs under timeout(1); one that hangs answers 124 and the read names it."""
+    original = basic.AnsibleModule.run_command
+
+    def hung(self, argv, **kwargs):
+        if argv[4].endswith("dpkg-query"):
+            assert argv[:4] == ["/usr/bin/timeout", "-k", "5", "7"]
+            return 124, "", ""
+        return original(self, argv, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", hung)
+    result = run_module(host_state.main, {"sysfs_root": str(sim["host"] / "sys"), "root": str(sim["files_root"]),
+                                          "timeout": 7}, FailJson)
+    assert "dpkg-query" in result["msg"] and "timed out after 7 s" in result["msg"]
+    result = run_module(host_state.main, {"sysfs_root": str(sim["host"] / "sys"), "timeout": 0}, FailJson)
+    assert result["msg"].endswith(": timeout 0 must be 1 to 3600 seconds")
+
+
+def test_one_unknown_lldpctl_line_is_reported_and_the_others_read(sim, monkeypatch):
+    original = basic.AnsibleModule.run_command
+    warned = []
+
+    def with_odd_line(self, argv, **kwargs):
+        rc, out, err = original(self, argv, **kwargs)
+        if argv[4].endswith("lldpctl"):
+            out = "lldp.ens1np0.brand-new-tlv.x=1\nnot a keyvalue line\n" + out
+        return rc, out, err
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", with_odd_line)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, text: warned.append(text))
+    state = read(sim)["host_state"]
+    assert state["neighbours"]["sources"] == {"lldp": "ok"}
+    assert len(state["neighbours"]["rails"]) == 8
+    assert [w.split(" is of")[0] for w in warned if "lldpctl" in w] == [
+        "host_state: lldpctl -f keyvalue line 1", "host_state: lldpctl -f keyvalue line 2"]
+
+
+@pytest.mark.parametrize(("out", "rc", "err", "error"), [
+    ("\n==============NVSMI LOG==============\n\nDriver Version : 570.172.08\n\nAttached GPUs : 8\n"
+     "GPU 00000000:19:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    Processes : None\n", 0, "",
+     "nvidia-smi -q: the output is cut short: it lists 1 GPU section(s) of Attached GPUs 8"),
+    ("Driver Version : 570", 0, "", "nvidia-smi -q: "),
+    ("", 124, "", "timed out after 60 s"),
+])
+def test_a_cut_hung_or_unreadable_nvidia_smi_is_an_error_of_that_read_only(sim, monkeypatch, out, rc, err, error):
+    original_run, original_bin = basic.AnsibleModule.run_command, basic.AnsibleModule.get_bin_path
+
+    def run_command(self, argv, **kwargs):
+        if argv[4].endswith("nvidia-smi"):
+            return rc, out, err
+        return original_run(self, argv, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: (
+        "/usr/bin/nvidia-smi" if name == "nvidia-smi" else original_bin(self, name, required, opt_dirs)))
+    state = read(sim)["host_state"]
+    assert error in state["nvidia_smi"]["error"] and error in state["gpu_driver"]["error"]
+    assert state["gpu_driver"]["loaded"] is False
+    assert state["packages"] and state["hardware"]["nics"]  # the rest of the host was read

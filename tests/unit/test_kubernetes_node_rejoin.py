@@ -63,6 +63,27 @@ def test_a_ready_node_of_the_same_name_stops_the_join(tmp_path, api):
     assert "0123456789abcdef" not in out
 
 
+def test_a_stale_notready_node_of_the_same_name_stops_the_join_naming_what_it_holds(tmp_path, api):
+    """A kubelet that finds its Node registered already does not apply its registration taint or labels to it
+    (kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go, tryRegisterWithAPIServer): joining over a stale
+    Node would leave it schedulable before validation. The join is refused, naming the Node's state."""
+    srv, dyn = api
+    nodes = dyn.resources.get(api_version="v1", kind="Node")
+    nodes.create(body={"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-old"},
+                       "spec": {"unschedulable": True,
+                                "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+                       "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
+    proc = _play(tmp_path, srv.kubeconfig)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert ("gpu-old: a NotReady Node named gpu-old already exists in the cluster (cordoned; taints: "
+            "node.kubernetes.io/unreachable)") in out
+    assert "would not apply its registration taint (gpunode.mlplatform.io/not-validated)" in out
+    assert "kubernetes_node_replace_ready_node: true" in out
+    assert "Join | Render the JoinConfiguration" not in out and "Join | Join with kubeadm" not in out
+    assert nodes.get(name="gpu-old").spec.unschedulable is True  # left as it was
+
+
 CONVERGED_PLAY = """---
 - name: Run the join tasks of kubernetes_node on hosts that joined in an earlier run
   hosts: gpu_nodes

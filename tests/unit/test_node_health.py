@@ -84,7 +84,7 @@ def test_nvidia_smi_q_full_sample_every_gpu_healthy(day_two):
     assert set(map(str, health.values())) == {str({
         "persistence_mode": "Enabled", "fabric_state": "Completed", "fabric_status": "Success",
         "retired_pages_pending": None, "row_remap_pending": False, "row_remap_failure": False,
-        "volatile_uncorrectable": 0})}
+        "volatile_uncorrectable": 0, "unreadable": {}})}
 
 
 def test_nvidia_smi_q_pre_ampere_and_bad_values():
@@ -94,10 +94,11 @@ def test_nvidia_smi_q_pre_ampere_and_bad_values():
     health = node_health.gpu_health_fields(old)
     assert (health["retired_pages_pending"], health["volatile_uncorrectable"], health["row_remap_pending"]) == (
         True, 3, None)
-    with pytest.raises(ParseError, match="Yes, No or N/A"):
-        node_health.gpu_health_fields({"Remapped Rows/Pending": "Maybe"})
-    with pytest.raises(ParseError, match="a count"):
-        node_health.gpu_health_fields({"ECC Errors/Volatile/DRAM Uncorrectable": "many"})
+    # A value of no known form is not a verdict: it is named, and the other fields are read.
+    odd = node_health.gpu_health_fields({"Remapped Rows/Pending": "Maybe", "Remapped Rows/Remapping Failure Occurred":
+                                         "No", "ECC Errors/Volatile/DRAM Uncorrectable": "many"})
+    assert odd["unreadable"] == {"Remapped Rows/Pending": "Maybe", "ECC Errors/Volatile/DRAM Uncorrectable": "many"}
+    assert (odd["row_remap_pending"], odd["row_remap_failure"], odd["volatile_uncorrectable"]) == (None, False, None)
 
 
 def test_ps_sample_d_state_processes(day_two):
@@ -284,13 +285,17 @@ def test_bad_input_fails_naming_the_option(host):
     assert "unknown keys tos" in result["msg"]
 
 
-def test_unknown_sysfs_link_format_fails_naming_the_file(host):
+def test_unknown_sysfs_link_format_is_a_condition_naming_the_file(host):
     hdir, hw = host
-    path = hdir / "sys" / "bus" / "pci" / "devices" / hw["gpus"][0]["pci_address"] / "max_link_speed"
+    gpu = hw["gpus"][0]["pci_address"]
+    path = hdir / "sys" / "bus" / "pci" / "devices" / gpu / "max_link_speed"
     path.write_text("very fast\n")
     result = run_module(module.main, {"sysfs_root": str(hdir / "sys"), "proc_root": str(hdir / "run" / "proc"),
-                                      "hw": hw}, FailJson)
-    assert "max_link_speed" in result["msg"] and "very fast" in result["msg"]
+                                      "hw": hw}, ExitJson)
+    (cond,) = result["conditions"]
+    assert (cond["type"], cond["reason"], cond["device"], cond["status"]) == (
+        "PCIeLinkDegraded", "LinkUnreadable", gpu, "Unknown")
+    assert "max_link_speed" in cond["message"] and "very fast" in cond["message"]
 
 
 def test_return_documents_every_condition_type():

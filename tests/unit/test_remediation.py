@@ -65,7 +65,7 @@ def test_max_unavailable_bounds_each_fabric_and_a_host_already_out_does_not_coun
     plan = rm.plan(findings, fabrics, {}, max_unavailable=1)
     assert {h: p["action"] for h, p in plan.items()} == {
         "a1": "remediate", "a2": "deferred", "a3": "deferred", "b1": "remediate"}
-    assert plan["a2"]["message"] == "waits: 1 host(s) of fabric A are out already (max_unavailable)"
+    assert plan["a2"]["message"] == "waits: 1 host(s) of fabric A are out already (max_unavailable): a1"
     assert plan["a2"]["state"] == "in_service" and plan["a2"]["attempts"] == 0
     # a3 is out already (recorded): it keeps its place and a1 waits; hardware service uses the budget as well.
     records = {"a3": {"state": "remediating", "attempts": 1, "fabric": "A"}}
@@ -120,10 +120,13 @@ def test_bad_input_names_the_host_or_the_option(call, message):
         call()
 
 
-def _plan(tmp_path, findings, fabrics=None, check_mode=False, **args):
-    hostvars = PublishedHostVars({h: {"revalidate_finding": f, "gpunode_fabric": (fabrics or {}).get(h, "A")}
-                                  for h, f in findings.items()})
-    plugin = action_plugin(action, {"db": str(tmp_path / "d2" / "history.sqlite"), "run": "run-1", **args})
+def _plan(tmp_path, findings, fabrics=None, check_mode=False, nodes=None, others=(), **args):
+    hostvars = PublishedHostVars({**{h: {"gpunode_fabric": (fabrics or {}).get(h, "A")} for h in others},
+                                  **{h: {"revalidate_finding": f, "gpunode_fabric": (fabrics or {}).get(h, "A")}
+                                     for h, f in findings.items()}})
+    nodes = {h: {"unschedulable": False} for h in [*findings, *others]} if nodes is None else nodes
+    plugin = action_plugin(action, {"db": str(tmp_path / "d2" / "history.sqlite"), "run": "run-1", "nodes": nodes,
+                                    **args})
     plugin._task.check_mode = check_mode
     return plugin.run(task_vars={"hostvars": hostvars, "ansible_play_hosts": sorted(findings)})
 
@@ -164,6 +167,17 @@ def test_the_action_records_states_and_events_and_attempts_survive_runs(tmp_path
     ({"step": "record", "hosts": ["a"], "event": "x", "state": "broken"}, "state 'broken' is not one of"),
     ({"step": "record", "hosts": ["zz"], "event": "x", "state": "in_service"}, "zz: no recorded remediation state"),
     ({"max_attempts": "many"}, "max_attempts must be an integer"),
+    ({"max_unavailable": "0"}, "max_unavailable: '0' must be at least 1"),
+    ({"max_unavailable": "150%"}, r"max_unavailable: '150%' is not a percentage in \(0, 100\]"),
+    ({"max_unavailable": "two"}, "max_unavailable: 'two' is not a count or a percentage"),
+    ({"max_unavailable": 1.5}, "max_unavailable: 1.5 is not a whole number of hosts"),
+    ({"max_unavailable": True}, "max_unavailable: True is not a count or a percentage"),
+    ({"max_unavailable": "-1"}, "max_unavailable: '-1' is not a count or a percentage"),
+    ({"max_unavailable": "nan%"}, r"max_unavailable: 'nan%' is not a percentage in \(0, 100\]"),
+    ({"nodes": "all"}, "nodes must be a list of Node objects or a mapping"),
+    ({"nodes": [{"spec": {}}]}, r"nodes\[0\] is not a Node object with metadata.name"),
+    ({"nodes": {"a": {"unschedulable": "maybe"}}}, "nodes: a: expected {unschedulable: true|false}"),
+    ({"finding_var": ["x"]}, "finding_var must be a non-empty string"),
 ])
 def test_bad_action_input_is_refused_naming_the_option(tmp_path, args, message):
     with pytest.raises(AnsibleActionFail, match=message):
@@ -171,7 +185,7 @@ def test_bad_action_input_is_refused_naming_the_option(tmp_path, args, message):
 
 
 def test_a_host_without_a_finding_is_named(tmp_path):
-    plugin = action_plugin(action, {"db": str(tmp_path / "h.sqlite")})
+    plugin = action_plugin(action, {"db": str(tmp_path / "h.sqlite"), "nodes": []})
     with pytest.raises(AnsibleActionFail, match="no revalidate_finding for host\\(s\\) b"):
         plugin.run(task_vars={"hostvars": PublishedHostVars({"a": {"revalidate_finding": healthy()}, "b": {}}),
                               "ansible_play_hosts": ["a", "b"]})

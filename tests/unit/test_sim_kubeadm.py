@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 
+import kubernetes
 import pytest
 from local_play import free_port  # tests/unit is on sys.path (rootdir-relative import mode)
 
@@ -165,3 +166,24 @@ def test_config_validate_checks_without_joining(tmp_path, monkeypatch):
     rc, _, err = run(kubeadm, ["config", "validate", "--config", bad])
     assert rc == 1 and "node-role.kubernetes.io/gpu" in err
     assert not (tmp_path / "etc").exists()
+
+
+def test_a_join_over_a_stale_node_sets_only_the_default_labels_like_the_real_kubelet(cluster, tmp_path, monkeypatch):
+    """kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go, tryRegisterWithAPIServer: on AlreadyExists the
+    kubelet reconciles its default labels only; --node-labels and --register-with-taints are sent by a Create."""
+    srv, cp, node = cluster
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(srv.kubeconfig))
+    core.create_node({"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": "dgx01", "labels": {"kubernetes.io/hostname": "old", "team": "a"}},
+                      "spec": {"unschedulable": True,
+                               "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}})
+    endpoint, token, pin = token_create(monkeypatch, cp)
+    monkeypatch.setenv("GPUNODE_SIM_ROOT", str(node))
+    rc, _, err = run(kubeadm, ["join", "--config", join_config(tmp_path, endpoint, token, pin,
+                                                               {f"{DOMAIN}/rail.count": "8"})])
+    assert rc == 0, err
+    stale = core.read_node("dgx01")
+    assert stale.metadata.labels == {"kubernetes.io/hostname": "dgx01", "kubernetes.io/os": "linux",
+                                     "kubernetes.io/arch": "amd64", "team": "a"}
+    assert [t.key for t in stale.spec.taints] == ["node.kubernetes.io/unreachable"]  # no not-validated taint
+    assert stale.spec.unschedulable is True

@@ -175,3 +175,44 @@ def test_the_report_shows_the_tree_with_the_miscabled_rails_marked(tmp_path):
     assert "    - b1-gpu01 **miscabled**" in md and "      - b1-gpu01 rail 1 (enp1s0np0): expected leaf-b1-r1" in md
     plain = write_report(tmp_path / "in", tmp_path / "plain", {"hosts": {}, "kueue": [], "run": {}})
     assert 'id="topology"' not in plain["report.html"][0].read_text()
+
+
+def test_a_switch_port_two_hosts_or_two_rails_claim_is_found_naming_each_rail():
+    fleet = rail_optimized_fleet(blocks=1, leaves=2, hosts=3)
+    # b0-gpu02's rail 0 reports the port of b0-gpu00's rail 0; b0-gpu01's two rails one port of leaf-b0-r1.
+    fleet["b0-gpu02"]["rails"][0]["neighbour"] = {"switch": "leaf-b0-r0", "port": "swp1"}
+    fleet["b0-gpu01"]["rails"][0]["neighbour"] = {"switch": "leaf-b0-r1", "port": "swp2"}
+    result = topology.plan(fleet, rail_optimized=["east"])
+    assert [(e["switch"], e["port"], [(r["host"], r["rail"]) for r in e["rails"]]) for e in result["claimed_twice"]] \
+        == [("leaf-b0-r0", "swp1", [("b0-gpu00", 0), ("b0-gpu02", 0)]),
+            ("leaf-b0-r1", "swp2", [("b0-gpu01", 0), ("b0-gpu01", 1)])]
+    assert topology.describe_claimed_twice(result["claimed_twice"][0]) == (
+        "switch leaf-b0-r0 port swp1 is reached by 2 rails: b0-gpu00 rail 0 (enp0s0np0), b0-gpu02 rail 0 (enp0s0np0)")
+    # Same port name on two switches that share a name but not an id: two switches, no claim.
+    other = rail_optimized_fleet(blocks=1, leaves=1, hosts=2)
+    for host, switch_id in (("b0-gpu00", "aa:01"), ("b0-gpu01", "aa:02")):
+        other[host]["rails"][0]["neighbour"] = {"switch": "leaf", "switch_id": switch_id, "port": "swp1"}
+    assert topology.plan(other)["claimed_twice"] == []
+    assert topology.plan(rail_optimized_fleet(), rail_optimized=["east"])["claimed_twice"] == []
+
+
+@pytest.mark.parametrize("names", [("leaf-ä1", "leaf-ö1"), ("交换机-1", "交换机-2"), ("leaf 1", "leaf/1"),
+                                   ("Ω", "λ")])
+def test_distinct_switch_names_stay_distinct_racks_with_a_warning(names):
+    fleet = {f"h{i}": {"fabric": "west", "block": None, "rack": None,
+                       "rails": [{"rail": 0, "netdev": "eth0", "neighbour": {"switch": name, "port": "1"}}]}
+             for i, name in enumerate(names)}
+    result = topology.plan(fleet)
+    racks = [result["levels"][f"h{i}"]["rack"] for i in range(len(names))]
+    assert all(racks) and len(set(racks)) == len(names)
+    assert all(topology.label_value(r) == r for r in racks)  # valid label values as they are
+    assert all(len(r) <= 63 for r in racks)
+    # Every name that is not its label as it is (non-ASCII letters, or a label another name has) is named, with
+    # the label it got.
+    for name, rack in zip(names, racks, strict=True):
+        if not name.isascii() or rack != topology.label_value(name):
+            assert f"switch {name!r}: not a valid label value as it is; labelled {rack!r}" in "\n".join(
+                result["warnings"])
+    # The same name twice is the same rack.
+    again = topology.plan({**fleet, "h9": {**fleet["h0"]}})
+    assert again["levels"]["h9"]["rack"] == again["levels"]["h0"]["rack"]

@@ -85,7 +85,8 @@ def settings(config: HookConfig) -> RevalidateSettings | None:
     for name in ("batch", "max_unavailable"):
         value = str(getattr(out, name)).strip()
         number = value[:-1] if value.endswith("%") else value
-        if not number.isdigit() or int(number) < 1 or (value.endswith("%") and int(number) > 100):
+        if (not number.isascii() or not number.isdigit() or int(number) < 1
+                or (value.endswith("%") and int(number) > 100)):
             raise ConfigError(f"revalidate.{name}: {getattr(out, name)!r} is not a count or a percentage")
     if not isinstance(out.extra_vars, dict):
         raise ConfigError("revalidate.extra_vars: expected a mapping")

@@ -13,7 +13,13 @@ Stdlib only: it runs inside a simulated host (Debian 12 ``python3``). It talks H
     (a CSR authenticated by the bootstrap token), refuses when a Ready Node of the same name exists
     (the real kubelet-start check), refuses ``--node-labels`` the kubelet refuses, registers the
     Node with its labels and ``--register-with-taints`` taints using the node credential (so the
-    emulator's NodeRestriction applies), writes ``/var/lib/kubelet/kubeadm-flags.env`` and
+    emulator's NodeRestriction applies) -- or, when a (NotReady) Node of that name exists already,
+    does what the real kubelet does: it reconciles only its default labels (hostname, os, arch) on
+    it and applies neither ``--node-labels`` nor ``--register-with-taints`` (kubernetes/kubernetes
+    pkg/kubelet/kubelet_node_status.go, ``tryRegisterWithAPIServer``: on AlreadyExists it reconciles
+    the attach-detach annotation, ``updateDefaultLabels`` and extended resources only; the labels and
+    taints of the flags are in ``initialNode``, which only a Create sends) --, writes
+    ``/var/lib/kubelet/kubeadm-flags.env`` and
     ``/etc/kubernetes/kubelet.conf``, and restarts the kubelet unit when systemd runs.
 ``token create [--ttl D] [--description S] [--print-join-command]``
     With ``/etc/kubernetes/admin.conf``: a ``bootstrap-token-<id>`` Secret, default TTL 24h.
@@ -353,10 +359,12 @@ def join(config_path: str, node_name_flag: str | None, out, err) -> int:
                     "kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                     **labels}},
                 "spec": {"taints": taints} if taints else {}}
-        if code == 200:  # a NotReady Node of that name (a re-install): the kubelet takes it over
+        if code == 200:
+            # A NotReady Node of that name (a re-install): the kubelet takes it over as the real one does, setting
+            # only its default labels; --node-labels and --register-with-taints are not applied to it.
+            defaults = {k: v for k, v in node["metadata"]["labels"].items() if k in DEFAULT_LABELS}
             code, result = node_client.request("PATCH", f"/api/v1/nodes/{node_name}", {
-                "metadata": {"labels": node["metadata"]["labels"]}, "spec": node["spec"]},
-                "application/strategic-merge-patch+json")
+                "metadata": {"labels": defaults}}, "application/strategic-merge-patch+json")
         else:
             code, result = node_client.request("POST", "/api/v1/nodes", node)
         if code not in (200, 201):
@@ -373,6 +381,12 @@ def join(config_path: str, node_name_flag: str | None, out, err) -> int:
           "was received.\n* The Kubelet was informed of the new secure connection details.\n\nRun 'kubectl get "
           "nodes' on the control-plane to see this node join the cluster.", file=out)
     return 0
+
+
+# The labels a kubelet sets on a Node that exists already (updateDefaultLabels; the zone, region and instance-type
+# labels come from a cloud provider, which the simulated hosts have none of).
+DEFAULT_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/os",
+                  "beta.kubernetes.io/arch")
 
 
 def _duration(text: str) -> datetime.timedelta:

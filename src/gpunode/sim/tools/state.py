@@ -363,6 +363,31 @@ class HostState:
                 _quietly(os.unlink, os.path.join(d, child))
             _quietly(os.rmdir, d, OSError)  # gone, or holding more than the two files
 
+    def rename_netdev(self, old: str, new: str) -> None:
+        """Rename a netdev as ``ip link set <old> name <new>`` (or a udev rule at the next boot) does: its sysfs
+        directory and ``class/net`` link take the new name, the RDMA port's GID netdev follows, and what the
+        device holds (its QoS) stays with it."""
+        with self.locked():
+            link = self.sys_path("class", "net", old)
+            if not os.path.islink(link):
+                raise StateError(f"no netdev {old}")
+            if os.path.lexists(self.sys_path("class", "net", new)):
+                raise StateError(f"a netdev {new} exists already")
+            directory = os.path.realpath(link)
+            target = os.path.join(os.path.dirname(directory), new)
+            os.rename(directory, target)
+            os.unlink(link)
+            new_link = self.sys_path("class", "net", new)
+            os.symlink(os.path.relpath(target, os.path.dirname(new_link)), new_link)
+            for rdma in self.rdma_devices():
+                ndev = self.sys_path("class", "infiniband", rdma, "ports", "1", "gid_attrs", "ndevs", "0")
+                if os.path.isfile(ndev) and _read_text(ndev).strip() == old:
+                    write_atomic(ndev, f"{new}\n")
+            qos = self.run_get("qos", {})
+            if old in qos:
+                qos[new] = qos.pop(old)
+                self.run_put("qos", qos)
+
     # -- GPU side -----------------------------------------------------------------------------
 
     def gpu_driver(self) -> str | None:
