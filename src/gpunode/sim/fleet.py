@@ -140,12 +140,14 @@ def record_host_keys(state_dir: Path, name: str, port: int, cname: str) -> None:
     path.chmod(0o600)
 
 
-def prepare_state(state_dir: Path, spec: HostSpec) -> Path:
+def prepare_state(state_dir: Path, spec: HostSpec, host_index: int = 0) -> Path:
     """Write the host's fresh state (profile.yaml/json, devices.json, hw.json at the catalogue
-    defaults and the profile's faults, sys/); return the host's state dir."""
+    defaults and the profile's faults, sys/); return the host's state dir. ``host_index`` tells the host apart
+    from the others of the fleet where real machines differ: its MAC addresses and the switch ports its rails
+    are cabled to (two hosts never share a switch port)."""
     profile = load_profile(spec.profile)
     hdir = host_dir(state_dir, spec.name)
-    hwstate.write_state(hdir, profile)
+    hwstate.write_state(hdir, profile, host_index=host_index)
     return hdir
 
 
@@ -176,9 +178,10 @@ def up(specs: list[HostSpec], state_dir: Path, *, replace: bool = False, log=pri
                 continue
             podman.run("rm", "-f", cname)
             taken.discard(old.get("ssh_port"))
-        hdir = prepare_state(state_dir, spec)
         port = pick_ssh_port(taken)
         taken.add(port)
+        # The SSH port is unique among the running hosts, and so is the index taken from it.
+        hdir = prepare_state(state_dir, spec, host_index=port - SSH_PORTS.start)
         write_ssh_config(hdir, port, public_key)
         podman.run(
             "run", "--detach",
