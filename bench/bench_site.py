@@ -78,9 +78,8 @@ def host_round_trip(result: dict) -> bool:
 
 def results_env(env, results_file):
     """The environment that has bench/callback_plugins/bench_results.py record every host result by task line into
-    ``results_file`` (ansible.posix.json's shape). ansible.posix.json itself lines results up by task start only
-    under the strategies it knows to be lockstep, so under the collection's ``inline`` strategy a meta task's result
-    would land on the task line before it."""
+    ``results_file`` (ansible.posix.json's shape), each result found by its task line's id whatever the strategy
+    (ansible.posix.json lines results up by task start only under ``linear`` and ``debug``)."""
     enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or _configured_callbacks()
     return {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
             "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file),

@@ -6,8 +6,8 @@
 The shape is ansible.posix.json's (``{"plays": [{"play": {"name"}, "tasks": [{"task": {"name", "id"},
 "hosts": {host: result + action}}]}], "stats": {host: summary}}``), but a task line is found by its id whatever the
 strategy. ansible.posix.json lines results up by task start only under the strategies it knows to be lockstep
-(``linear``, ``debug``); under any other, a meta task's result lands on the task line before it. The benches
-(bench/bench_site.py) and the strategy test (tests/unit/test_inline_strategy.py) count task lines with this.
+(``linear``, ``debug``); under any other (``free``, Mitogen's), a meta task's result lands on the task line before
+it. The benches (bench/bench_site.py) count task lines with this.
 """
 
 from __future__ import annotations

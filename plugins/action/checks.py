@@ -18,8 +18,8 @@ class ActionModule(ActionBase):
 
     @classmethod
     def finalize_task_arg(cls, name, value, templar, context):
-        # The hook ansible.builtin.assert uses to keep `that` raw (ansible-core 2.19, marked experimental there;
-        # meta/runtime.yml pins ansible-core below 2.20). Conditions and messages are templated one by one in run().
+        # The hook ansible.builtin.assert uses to keep `that` raw (ansible-core 2.19 and newer, the versions the
+        # collection supports): conditions and messages are templated one by one in run().
         if name == "checks" and isinstance(value, list):
             return value
         return super().finalize_task_arg(name, value, templar, context)

@@ -57,10 +57,10 @@ class ActionModule(ActionBase):
         validate = args.get("validate", True)
         if not isinstance(validate, bool):
             raise AnsibleActionFail(f"role_variables: validate must be a boolean, got {validate!r}")
-        role = getattr(self._task, "_role", None)
-        if role is None:
+        role_path = task_vars.get("role_path")
+        if not role_path:
             raise AnsibleActionFail("role_variables: runs inside a role (it reads the role's meta/argument_specs.yml)")
-        options = role_options(role._role_path, self._loader)
+        options = role_options(role_path, self._loader)
         known = sorted(options) + list(published)
         found = unknown_variables([name for name in task_vars if name.startswith(prefix)], known, prefix)
         host = task_vars.get("inventory_hostname", "?")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import k8s_objects
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars, is_hostvars
 
 
 def _wrap(func):
@@ -30,15 +30,11 @@ def _wrap(func):
     return inner
 
 
-def _is_hostvars(value):
-    return hasattr(value, "_variable_manager") and not isinstance(value, dict)
-
-
 def cluster_objects(hosts, settings, play_hosts=None, vfs_per_rail=8, sriov_rails_from_discovery=False):
     """Every cluster object for a fleet; see ``k8s_objects.build``. ``hosts`` is the
     ``cluster_objects_inputs`` mapping, or ``hostvars`` with ``play_hosts``: then the inputs are read
     in the same call (one pass, and the hosts' facts are not handed from filter to filter)."""
-    if _is_hostvars(hosts):
+    if is_hostvars(hosts):
         if play_hosts is None:
             raise AnsibleFilterError("cluster_objects: given hostvars, it needs play_hosts (ansible_play_hosts)")
         hosts = cluster_objects_inputs(hosts, play_hosts, vfs_per_rail, sriov_rails_from_discovery)

@@ -6,16 +6,13 @@ host's result. Thin wrappers over ``module_utils/validation.py`` (pure functions
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.mlplatform.gpunode.plugins.module_utils import validation
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_vars import FleetVars, is_hostvars
 
 
 def _schedule_hosts(hws, fabrics, name, order=None):
-    if hasattr(hws, "_variable_manager") and not isinstance(hws, dict):
+    if is_hostvars(hws):
         # hostvars: each host's gpunode_hw as it published it, read in this call (plugin_utils/fleet_vars.py)
         fleet = FleetVars(hws)
         hws = {host: fleet.get(host, "gpunode_hw") for host in order or []}
@@ -100,42 +97,6 @@ def validation_known(state, hw):
     return validation.known_from_host_state(state, hw)
 
 
-def _plain(value):
-    """``value`` with every mapping and sequence as a plain dict and list (its items rendered)."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
-
-
-def validation_node_from_read(state, hw, expect=None, results_dir=None):
-    """This run's host read (``gpunode_host_state``) + ``gpunode_hw`` + node_validation's ``expect`` (+ the result
-    files' directory) -> node_validation's result (``passed``, ``failures``, ``checks``, ``observed``,
-    ``result_files``) judged on the read, or ``{}`` when the read does not hold everything the checks need."""
-    if not isinstance(hw, dict) or any(not isinstance(hw.get(key), list) for key in ("gpus", "rails", "nics")):
-        raise AnsibleFilterError("validation_node_from_read: hw is not the discovery role's gpunode_hw fact")
-    # Plain containers first: the validator deep-copies its input, and a copy of Ansible's lazy containers copies the
-    # templating context with them.
-    checked = ArgumentSpecValidator(validation.EXPECT_SPEC).validate(_plain(expect or {}))
-    if checked.error_messages:
-        raise AnsibleFilterError("validation_node_from_read: expect: " + "; ".join(checked.error_messages))
-    try:
-        wanted = validation.normalize_expect(checked.validated_parameters)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"validation_node_from_read: {exc}") from exc
-    observed, files = validation.observed_from_host_state(state, hw, wanted, results_dir)
-    if observed is None:
-        return {}
-    checks = validation.check_node(hw, observed, wanted)
-    passed, failures = validation.verdict(checks, [])
-    out = {"changed": False, "passed": passed, "failures": failures, "checks": checks, "observed": observed,
-           "from_read": True}
-    if results_dir is not None:
-        out["result_files"] = files
-    return out
-
-
 class FilterModule:
     """The validation role's filters."""
 
@@ -143,5 +104,4 @@ class FilterModule:
         return {"validation_pairs": validation_pairs, "validation_judge": validation_judge,
                 "validation_schedule": validation_schedule, "validation_clients": validation_clients,
                 "validation_side": validation_side,
-                "validation_result": validation_result, "validation_known": validation_known,
-                "validation_node_from_read": validation_node_from_read}
+                "validation_result": validation_result, "validation_known": validation_known}

@@ -50,15 +50,18 @@ def run_checks(templar, checks, result):
     """Evaluate ``checks`` (as ``parse_checks`` returns them) in order with ``templar``; update ``result`` with the
     first failure (``failed``, ``msg``, ``failed_check``, ``assertion``, ``checked``) or with ``msg`` and
     ``checked`` when every check holds. Returns ``result``."""
-    evaluate = templar.evaluate_conditional
+
+    def evaluate(conditional):
+        return templar.evaluate_conditional(conditional=conditional)
+
     checked = 0
     for index, (when, that, fail_when, msg) in enumerate(checks):
-        if not all(evaluate(conditional=condition) for condition in when):
+        if not all(evaluate(condition) for condition in when):
             continue
         checked += 1
         # the first false `that` condition (the later ones not evaluated, as assert does), else fail_when
-        failed = next((condition for condition in that if not evaluate(conditional=condition)), None)
-        if failed is None and fail_when is not None and evaluate(conditional=fail_when):
+        failed = next((condition for condition in that if not evaluate(condition)), None)
+        if failed is None and fail_when is not None and evaluate(fail_when):
             failed = fail_when
         if failed is not None:
             result.update(failed=True, msg=templar.template(msg), failed_check=index, assertion=failed,

@@ -41,18 +41,16 @@ def run_module(main, args: dict, expect: type[Exception] = ExitJson) -> dict:
 
 
 class PublishedHostVars(dict):
-    """``hostvars`` as the collection's action plugins read it (plugin_utils/fleet_vars.py): each host's
-    published facts in the variable manager's non-persistent fact cache."""
+    """``hostvars`` as the collection's action plugins read it (plugin_utils/fleet_vars.py): host -> its
+    variables."""
 
     def __init__(self, hosts):
         super().__init__({h: dict(v) for h, v in hosts.items()})
-        self._variable_manager = SimpleNamespace(_nonpersistent_fact_cache=hosts, _fact_cache={})
 
 
-def action_plugin(plugin, args, role_path=None):
+def action_plugin(plugin, args):
     """One of the collection's action plugins (its module, e.g. ``plugins.action.fleet_report``) as the task
     executor builds it for one task's arguments, outside check mode."""
     task = SimpleNamespace(args=args, async_val=0, check_mode=False,
-                           action=f"mlplatform.gpunode.{plugin.__name__.rsplit('.', 1)[-1]}",
-                           _role=SimpleNamespace(_role_path=role_path) if role_path else None)
-    return plugin.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None)
+                           action=f"mlplatform.gpunode.{plugin.__name__.rsplit('.', 1)[-1]}")
+    return plugin.ActionModule(task, SimpleNamespace(_shell=SimpleNamespace(tmpdir=None)), None, None, None, None)

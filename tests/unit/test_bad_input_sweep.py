@@ -429,8 +429,8 @@ ACTION_CASES = [
      lambda t: {}, "published must be a list"),
     ("role_variables-key", role_variables_action, "unknown key", {"prefix": "ofed_", "publish": []}, lambda t: {},
      "Invalid options for mlplatform.gpunode.role_variables: publish"),
-    ("role_variables-specs", role_variables_action, "missing path", {"prefix": "ofed_"}, lambda t: {},
-     "cannot read the options of"),
+    ("role_variables-specs", role_variables_action, "missing path", {"prefix": "ofed_"},
+     lambda t: {"role_path": str(t / "no-role")}, "cannot read the options of"),
     ("fleet_contract-sources", fleet_contract_action, "wrong type", {"sources": "nic_firmware_contract"},
      lambda t: {"hostvars": PublishedHostVars({"a": {}}), "ansible_play_hosts": ["a"]}, "sources must be a list"),
     ("fleet_contract-key", fleet_contract_action, "unknown key", {"fail_on_drfit": False},
@@ -482,7 +482,7 @@ def test_action_bad_input_is_a_clear_error_with_nothing_written(tmp_path, plugin
     out.mkdir()
     args = {k: v.format(out=out) if isinstance(v, str) else v for k, v in args.items()}
     before = _tree(tmp_path)
-    action = action_plugin(plugin, args, role_path=str(tmp_path / "no-role"))
+    action = action_plugin(plugin, args)
     try:
         result = action.run(task_vars=task_vars(tmp_path))
     except AnsibleActionFail as exc:

@@ -194,52 +194,6 @@ def test_the_host_read_judges_as_the_live_read_back_without_reading_the_rails_ag
     assert validation.verdict(validation.check_node(hw, reused, EXPECT), [])[0] is False  # vf-hgx2: AR off
 
 
-def test_a_host_nothing_changed_since_its_read_is_judged_on_the_read_as_on_the_live_read_back(fleet_dir, faulted,
-                                                                                              tmp_path):
-    """The validation role's judge on the read (validation_node_from_read, on the host_state module's read): the
-    same checks, failures and result files as node_validation reading the host back, with the faults still in
-    place (a rail link down, a NV config value that did not stick, adaptive routing off)."""
-    spec = importlib.util.spec_from_file_location("host_state", REPO / "plugins" / "modules" / "host_state.py")
-    host_state = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(host_state)
-    from ansible_collections.mlplatform.gpunode.plugins.filter.validation import validation_node_from_read
-    from ansible_collections.mlplatform.gpunode.plugins.module_utils import host_state as hs
-    from ansible_collections.mlplatform.gpunode.plugins.module_utils.discovery import discover
-    from ansible_collections.mlplatform.gpunode.plugins.module_utils.result_files import read_result_files
-
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "reboot.json").write_text('{"required": false}\n')
-    for host in HOSTS:
-        hw, hdir = dict(fleet_dir["hosts"][host]["hw"]), fleet_dir["hosts"][host]["dir"]
-        env = {**fleet_dir["env"], "GPUNODE_SIM_STATE": str(hdir)}
-        sysfs = str(hdir / "sys")
-        reader = host_state.Reader(Runner(fleet_dir["bindir"], env))
-        hardware = discover(sysfs, hostname=host, caller="test")
-        devices = [r["pci_address"] for r in hw["rails"]]
-        blocks, nv_refused = reader.nv_config(devices)
-        accl, accl_refused = reader.roce_accl(devices)
-        smi, _driver = reader.nvidia_smi()
-        packages, _held = reader.packages()
-        state = {"hardware": hardware, "nvidia_smi": smi, "packages": packages,
-                 "kernel_modules": hs.read_kernel_modules(sysfs, hs.DEFAULT_KERNEL_MODULES),
-                 "affinity": host_state.affinity_of(sysfs, hardware, [], {}),
-                 "nv_config": {d: config_of(b) for d, b in blocks.items()}, "nv_config_refused": nv_refused,
-                 "roce_accl": accl, "roce_accl_refused": accl_refused, "qos": {},
-                 "result_files": {"path": str(results), "files": read_result_files(str(results))}}
-        live = node_validation.observe(Runner(fleet_dir["bindir"], env), sysfs, hw, EXPECT)
-        judged = validation_node_from_read(state, hw, EXPECT, str(results))
-        assert judged["checks"] == validation.check_node(hw, live, EXPECT), host
-        assert (judged["passed"], judged["failures"]) == faulted[host], host
-        assert judged["result_files"] == read_result_files(str(results))
-        # A read that lacks a rail's NV config (the tool refused the device then), or the result files of another
-        # directory, does not answer: the host is read back.
-        refused = dict(state, nv_config={d: v for d, v in state["nv_config"].items() if d != devices[0]})
-        assert validation_node_from_read(refused, hw, EXPECT, str(results)) == {}
-        assert validation_node_from_read(state, hw, EXPECT, "/var/lib/elsewhere") == {}
-    assert faulted["vf-hgx2"][0] is False and faulted["vf-dgx"][0] is False
-
-
 def test_clearing_the_faults_passes_every_host(fleet_dir, faulted):
     dgx_rail3 = faulted["dgx_rail3"]
     hwstate.set_fault(fleet_dir["hosts"]["vf-dgx"]["dir"], "link_down", dgx_rail3["pci_address"], clear=True)
