@@ -95,9 +95,30 @@ lint: deps ## yamllint, ansible-lint (production profile), ruff, antsibull-chang
 	ruff check src plugins tests molecule bench
 	antsibull-changelog lint
 
+# The collection supports ansible-core 2.19 and newer (meta/runtime.yml). The dev venv holds the oldest (the
+# `ansible` 12 package pins 2.19) and runs every stage; the newest runs in a venv of its own with the Python it
+# needs (2.20 and newer need 3.12 or newer: the machine's pyenv, else one on PATH): sanity and the plugin unit tests.
+CORES := 2.21
+CORE_PYTHON_2.21 := $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)),python3.13)
+# The unit tests of the collection's plugins (modules, module_utils, action plugins, filters): no playbook run,
+# no simulated host, nothing from the dev venv but pytest.
+PLUGIN_TESTS := $(shell cat tests/unit/plugin_tests.txt)
+
+core-venv-%: $(STAMPS)/core-% # a venv with ansible-core $* (make core-venv-2.21)
+	@:
+$(STAMPS)/core-%: pyproject.toml
+	@mkdir -p $(STAMPS)
+	rm -rf $(ROOT)/.cache/core-$*
+	$(CORE_PYTHON_$*) -m venv $(ROOT)/.cache/core-$*
+	$(ROOT)/.cache/core-$*/bin/python -m pip install -q -e '.[sim,plugin-tests]' 'ansible-core==$*.*'
+	@touch $@
+
 .PHONY: sanity
-sanity: deps ## ansible-test sanity on the built collection (offline, empty ignore file; see .ci/sanity)
+sanity: deps ## ansible-test sanity on the built collection with the dev venv's ansible-core (offline, no ignore file; see .ci/sanity)
 	.ci/sanity
+
+sanity-%: deps core-venv-% # ansible-test sanity with ansible-core $* (make sanity-2.21)
+	VENV=$(ROOT)/.cache/core-$* .ci/sanity
 
 # pytest-xdist workers for `make unit` (auto: one per core); loadfile keeps a module's tests, and so
 # its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
@@ -105,6 +126,10 @@ PYTEST_WORKERS ?= auto
 
 unit: deps browser ## pytest unit and conformance tests, on every core
 	pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 tests/unit
+
+unit-%: deps core-venv-% # the plugin unit tests with ansible-core $* (make unit-2.21)
+	env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH $(ROOT)/.cache/core-$*/bin/python -m pytest -q -p no:cacheprovider \
+	  -n $(PYTEST_WORKERS) --dist loadfile $(PLUGIN_TESTS)
 
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
@@ -117,7 +142,7 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 
 # The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
 # (also when one fails) and writes them to .cache/stage-times.tsv.
-TEST_STAGES = lint sanity unit image $(addprefix molecule-,$(SCENARIOS)) e2e
+TEST_STAGES = lint sanity $(addprefix sanity-,$(CORES)) unit $(addprefix unit-,$(CORES)) image $(addprefix molecule-,$(SCENARIOS)) e2e
 
 test: deps ## everything CI runs (lint, sanity, unit, each molecule scenario, e2e), with per-stage wall times
 	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)

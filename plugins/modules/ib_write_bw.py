@@ -241,16 +241,24 @@ def _spawn_detached(argv, log):
     """Start argv in the background in its own session and return its pid, without waiting for it.
 
     A server must outlive this module run, which module.run_command cannot do: it waits for the command and
-    for its output pipes to close. os.posix_spawn (fork + exec, no shell) starts it with stdin from /dev/null,
+    for its output pipes to close. A fork and an exec of argv (no shell) start it with stdin from /dev/null,
     stdout and stderr to ``log``, and a new session (setsid), so the connection plugin's exec ending does not
-    take it down; timeout(1) in argv bounds its life.
+    take it down; timeout(1) in argv bounds its life. The child only rearranges its descriptors and execs.
     """
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
-    return os.posix_spawn(argv[0], argv, {**os.environ, "LC_ALL": "C"}, file_actions=actions, setsid=True)
+    env = {**os.environ, "LC_ALL": "C"}
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child
+        os.setsid()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(stdin, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.execve(argv[0], argv, env)  # noqa: S606 - an argv list, never a shell (S606 flags any exec)
+    finally:
+        os._exit(127)  # exec failed: never return into the module
 
 
 def retry_wait_s(attempt):
