@@ -35,7 +35,7 @@ from ansible.plugins.loader import init_plugin_loader  # noqa: E402 the collecti
 init_plugin_loader([str(REPO / ".cache" / "collections")])
 
 from ansible_collections.mlplatform.gpunode.plugins.module_utils.intent import resolve_fleet  # noqa: E402 loader first
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fabric_intent import declarations  # noqa: E402
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fabric_intent import declarations  # noqa: E402 - loader first
 
 BEGIN = "<!-- bench_intent:begin -->"
 END = "<!-- bench_intent:end -->"
@@ -65,9 +65,9 @@ def write_inventory(root: Path, hosts: int, fabrics: int) -> list[str]:
 
 def load(root: Path):
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415 - after the loader
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-    from ansible.vars.hostvars import HostVars  # noqa: PLC0415
-    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415 - after the loader
+    from ansible.vars.hostvars import HostVars  # noqa: PLC0415 - after the loader
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415 - after the loader
 
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[str(root / "hosts.yml")])

@@ -101,7 +101,7 @@ def read_nodes(kubeconfig, context):
     kubernetes.core uses)."""
     try:
         import kubernetes.config  # noqa: PLC0415 - imported when a plan reads the Nodes (half a second)
-        from kubernetes.dynamic import DynamicClient  # noqa: PLC0415
+        from kubernetes.dynamic import DynamicClient  # noqa: PLC0415 - imported with kubernetes.config above, when a plan reads the Nodes
     except ImportError:  # pragma: no cover - kubernetes.core needs the same library
         raise AnsibleActionFail("remediation: the kubernetes Python library is missing on the controller "
                                 "(needed to read the Nodes' cordon state)") from None

@@ -243,7 +243,8 @@ def _spawn_detached(argv, log):
     A server must outlive this module run, which module.run_command cannot do: it waits for the command and
     for its output pipes to close. A fork and an exec of argv (no shell) start it with stdin from /dev/null,
     stdout and stderr to ``log``, and a new session (setsid), so the connection plugin's exec ending does not
-    take it down; timeout(1) in argv bounds its life. The child only rearranges its descriptors and execs.
+    take it down; timeout(1) in argv bounds its life. The module starts no thread, so the fork copies no lock
+    another thread holds; the child only rearranges its descriptors and execs.
     """
     env = {**os.environ, "LC_ALL": "C"}
     pid = os.fork()

@@ -903,7 +903,7 @@ def _section_renderer(module, function):
             return ""
         text = getattr(_section(module), function)(part)
         # escaped there (html.escape, md_escape)
-        return markupsafe.Markup(text) if function == "html_section" else MdText(text)  # noqa: S704
+        return markupsafe.Markup(text) if function == "html_section" else MdText(text)  # noqa: S704 - the section functions escape every value they insert
 
     return render
 

@@ -199,7 +199,7 @@ def test_whole_numbers_in_other_forms_are_rails():
 
 
 def test_the_report_names_a_history_file_it_cannot_use(tmp_path):
-    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (  # noqa: PLC0415
+    from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import (  # noqa: PLC0415 - only this test needs the report
         ReportInputError,
         write_report,
     )

@@ -73,12 +73,12 @@ def _provision(store, *hosts, state="ok"):
     ({"interval": 600, "remediate": "yes"}, "revalidate.remediate: 'yes' is not true or false"),
     ({"interval": 600, "max_attempts": 0}, "revalidate.max_attempts: must be at least 1"),
 ])
-def test_bad_schedule_settings_are_refused_naming_the_key(site, revalidate, message):  # noqa: F811
+def test_bad_schedule_settings_are_refused_naming_the_key(site, revalidate, message):  # noqa: F811 - site is the fixture imported from test_hook
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         make_config(site, revalidate=revalidate)
 
 
-def test_a_revalidation_runs_the_provisioned_hosts_with_the_history_in_the_state_dir(site, capsys):  # noqa: F811
+def test_a_revalidation_runs_the_provisioned_hosts_with_the_history_in_the_state_dir(site, capsys):  # noqa: F811 - site is the fixture imported from test_hook
     config = _config(site, batch=2, max_unavailable="25%", max_attempts=2)
     store = Store(config.db_path)
     _provision(store, "node-a", "bad-node")
@@ -109,7 +109,7 @@ def test_a_revalidation_runs_the_provisioned_hosts_with_the_history_in_the_state
     assert scan_for_secrets(site / "state") == []
 
 
-def test_the_inventory_mode_runs_every_host_but_those_being_provisioned(site):  # noqa: F811
+def test_the_inventory_mode_runs_every_host_but_those_being_provisioned(site):  # noqa: F811 - site is the fixture imported from test_hook
     config = _config(site, hosts="inventory", remediate=False, playbook="playbooks/remediate.yml")
     (site / "project" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {
         h: {"ansible_connection": "local"} for h in ("node-a", "node-b", "node-c")}}}))
@@ -122,7 +122,7 @@ def test_the_inventory_mode_runs_every_host_but_those_being_provisioned(site):  
     store.close()
 
 
-def test_the_cli_runs_one_revalidation_now(site, capsys):  # noqa: F811
+def test_the_cli_runs_one_revalidation_now(site, capsys):  # noqa: F811 - site is the fixture imported from test_hook
     _config(site)
     (site / "hook.yml").write_text(yaml.safe_dump({
         "state_dir": str(site / "state"), "project_dir": str(site / "project"), "inventory": "hosts.yml",
@@ -140,7 +140,7 @@ def test_the_cli_runs_one_revalidation_now(site, capsys):  # noqa: F811
     assert stat.S_IMODE((site / "state").stat().st_mode) == 0o700
 
 
-def test_the_schedule_is_due_an_interval_after_the_last_start_and_a_restart_closes_an_interrupted_one(site):  # noqa: F811
+def test_the_schedule_is_due_an_interval_after_the_last_start_and_a_restart_closes_an_interrupted_one(site):  # noqa: F811 - site is the fixture imported from test_hook
     config = _config(site)
     store = Store(config.db_path)
     assert rv.due_in(store, 600, started=1000.0, now=1100.0) == 500.0
@@ -164,7 +164,7 @@ def test_the_example_settings_schedule_a_remediation():
     assert plan.max_unavailable == 1 and plan.extra_vars == {"gpunode_reboot_ok": True}
 
 
-def test_status_lists_the_latest_day_two_steps(site, capsys):  # noqa: F811
+def test_status_lists_the_latest_day_two_steps(site, capsys):  # noqa: F811 - site is the fixture imported from test_hook
     from ansible_collections.mlplatform.gpunode.plugins.action import remediation  # noqa: PLC0415 - test only
 
     config = _config(site)
@@ -180,7 +180,7 @@ def test_status_lists_the_latest_day_two_steps(site, capsys):  # noqa: F811
     assert json.loads(capsys.readouterr().out)["day_two_events"][0]["step"] == "drained"
 
 
-def test_the_service_thread_runs_the_schedule_when_it_is_due(site, monkeypatch):  # noqa: F811
+def test_the_service_thread_runs_the_schedule_when_it_is_due(site, monkeypatch):  # noqa: F811 - site is the fixture imported from test_hook
     """The thread `hook serve` starts: a revalidation once the interval is up, then none until the next."""
     monkeypatch.setattr(rv, "MIN_INTERVAL", 0)
     config = _config(site, interval=3600)

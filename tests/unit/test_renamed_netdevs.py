@@ -70,7 +70,7 @@ def test_a_rail_without_a_netdev_now_is_named_not_read_under_the_old_name(host):
 
 
 def test_the_validation_read_back_reads_a_renamed_rail_under_its_new_name(host):
-    from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation  # noqa: PLC0415
+    from ansible_collections.mlplatform.gpunode.plugins.modules import node_validation  # noqa: PLC0415 - only this test needs the module
 
     hdir, hw = host
     rail = hw["rails"][3]
