@@ -106,6 +106,9 @@ PLUGIN_TESTS := $(shell cat tests/unit/plugin_tests.txt)
 
 core-venv-%: $(STAMPS)/core-% # a venv with ansible-core $* (make core-venv-2.21)
 	@:
+# The stamp is made through a pattern rule: without this, make deletes it as an intermediate file, and the next
+# stage builds the venv again.
+.PRECIOUS: $(STAMPS)/core-%
 $(STAMPS)/core-%: pyproject.toml
 	@mkdir -p $(STAMPS)
 	rm -rf $(ROOT)/.cache/core-$*
