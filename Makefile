@@ -145,8 +145,8 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 
 # The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
 # (also when one fails) and writes them to .cache/stage-times.tsv.
-# sanity-2.21 runs in the background beside image and molecule (.ci/stages bg:), after unit-2.21 made its venv.
-TEST_STAGES = lint sanity unit $(addprefix unit-,$(CORES)) $(addprefix bg:sanity-,$(CORES)) image $(addprefix molecule-,$(SCENARIOS)) e2e
+# ansible-test sanity keeps about one core busy: sanity-2.21 runs in the background beside sanity (.ci/stages bg:).
+TEST_STAGES = lint $(addprefix bg:sanity-,$(CORES)) sanity unit $(addprefix unit-,$(CORES)) image $(addprefix molecule-,$(SCENARIOS)) e2e
 
 test: deps ## everything CI runs (lint, sanity, unit, each molecule scenario, e2e), with per-stage wall times
 	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)
