@@ -82,7 +82,8 @@ def results_env(env, results_file):
     (ansible.posix.json lines results up by task start only under ``linear`` and ``debug``)."""
     enabled = (env or os.environ).get("ANSIBLE_CALLBACKS_ENABLED") or _configured_callbacks()
     return {"ANSIBLE_CALLBACK_PLUGINS": str(REPO / "bench" / "callback_plugins"),
-            "ANSIBLE_CALLBACKS_ENABLED": f"{enabled},bench_results", "BENCH_RESULTS_FILE": str(results_file),
+            "ANSIBLE_CALLBACKS_ENABLED": ",".join(filter(None, (enabled, "bench_results"))),
+            "BENCH_RESULTS_FILE": str(results_file),
             "BENCH_RESULTS_KEYS": ",".join(RESULT_KEYS)}
 
 
