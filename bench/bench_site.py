@@ -88,7 +88,7 @@ def results_env(env, results_file):
 
 
 # The result keys the counts below read (playbook(), host_round_trip()): the recorder keeps only these, so that a timed
-# run does not also copy and write every fact the roles set (a few MB of JSON on the three-host fleet of session 20).
+# run does not also copy and write every fact the roles set (a few MB of JSON on a three-host fleet).
 RESULT_KEYS = ("skipped", "changed", "failed", "ignore_errors", "msg", "_ansible_delegated_vars")
 
 

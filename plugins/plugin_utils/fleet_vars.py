@@ -27,15 +27,10 @@ class FleetVars:
         self._views = {}
 
     def _view(self, host):
-        view = self._views.get(host)
-        if view is None:
-            try:
-                view = self._hostvars[host]
-            except KeyError:
-                view = {}
+        if host not in self._views:
+            view = self._hostvars.get(host)
             self._views[host] = view if isinstance(view, Mapping) else {}
-            view = self._views[host]
-        return view
+        return self._views[host]
 
     def ansible_facts(self, host):
         """The host's gathered facts (``ansible_facts``)."""
