@@ -217,6 +217,12 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
             return "; its Node stays cordoned: it was cordoned before remediation took it out"
         return ""
 
+    def returned_detail(host, uncordon):
+        """The event recorded when the host is back in service: what returning it did to its Node."""
+        if uncordon:
+            return "revalidated and back in service (uncordoned, untainted)"
+        return "revalidated and back in service (untainted)" + cordon_note(host)
+
     def message(host, action, attempts, hardware):
         if action == "return":
             return f"healthy again after {records[host].get('state')}: back in service" + cordon_note(host)
@@ -248,7 +254,8 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
                                      for c in hardware], "message": text,
                         "handled": [f"{c.get('type')}: {c.get('message')}" for c in handled.get(host, [])],
                         "cordoned_before": before,
-                        "uncordon": action in ("return", "remediate") and before is False}
+                        "uncordon": action in ("return", "remediate") and before is False,
+                        "returned_detail": returned_detail(host, action in ("return", "remediate") and before is False)}
 
     owners = {h for h, f in findings.items() if own_findings(f)}
     blamed_peers = {h: sorted(set(f.get("peers") or []) & owners) for h, f in findings.items()

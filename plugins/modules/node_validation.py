@@ -48,6 +48,15 @@ options:
       - The GPUs, the driver, the links, the affinity and the VF counts are always read.
     type: dict
     default: {}
+  timeout:
+    description:
+      - Seconds each tool call (C(nvidia-smi), C(mlxconfig), C(mlxreg), C(mlnx_qos), C(dpkg-query)) may take before
+        C(timeout(1)) ends it (1 to 3600). A tool that hangs fails the checks that need its answer, each naming the
+        tool and the timeout (an C(nvidia-smi) stuck in the driver fails C(gpu_count), C(gpu_product),
+        C(driver_version) and C(persistence) with C(nvidia-smi timed out after N s)), and the rest of the host is
+        read, so that one hung host does not hold up the play.
+    type: int
+    default: 60
   result_files:
     description:
       - Also read the host's machine-readable result files in this call, as M(mlplatform.gpunode.result_files) does
@@ -333,6 +342,7 @@ def main():
             "hw": {"type": "dict", "required": True},
             "expect": {"type": "dict", "default": {}, "options": EXPECT_SPEC},
             "read_workers": {"type": "int", "default": 8},
+            "timeout": {"type": "int", "default": 60},
             "known": {"type": "dict", "default": {}},
             "result_files": {"type": "dict", "options": {
                 "path": {"type": "path", "required": True},
@@ -343,6 +353,9 @@ def main():
         supports_check_mode=True,
     )
     name_the_host(module, "node_validation")
+    if not 1 <= module.params["timeout"] <= 3600:
+        module.fail_json(msg=f"node_validation: timeout {module.params['timeout']} must be 1 to 3600 seconds")
+    node_reads.set_timeout(module, module.params["timeout"])
     hw = module.params["hw"]
     for key in ("gpus", "rails", "nics"):
         if not isinstance(hw.get(key), list):

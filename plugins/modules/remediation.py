@@ -151,19 +151,21 @@ RETURN = r"""
 plan:
   description:
     - With O(step=plan), host to C({action, state, attempts, fabric, reasons, waits_for, hardware, message,
-      cordoned_before, uncordon, handled}).
+      cordoned_before, uncordon, returned_detail, handled}).
       C(state) is the state after the action; C(attempts) counts this run's re-run for C(remediate); C(reasons) are
       the finding's lines; C(waits_for) names the peers with findings of their own that a host deferred for them
       waits for; C(hardware) lists C({type, device, message}) of the conditions only hardware service fixes.
     - C(cordoned_before) is whether the host's Node was cordoned when remediation took it out (null when not known
       or not out); C(uncordon) is true only when returning the host may uncordon its Node (remediation cordoned it).
+      C(returned_detail) is the event text recorded when the host is back in service, saying whether its Node was
+      uncordoned or stays cordoned and why.
     - C(handled) lists the Xid conditions left out because their last event is not after the host's last return to
       service (the last C(returned) event recorded), so an old event judged once makes no new remediation.
   returned: when step is plan
   type: dict
   sample: {hgx1: {action: remediate, state: remediating, attempts: 1, fabric: east, hardware: [], waits_for: [],
                   reasons: ["RailRoceAcclDrift: rail 2 NIC 0000:3b:00.0 ..."], cordoned_before: false,
-                  uncordon: true,
+                  uncordon: true, returned_detail: "revalidated and back in service (uncordoned, untainted)",
                   message: "remediation attempt 1 of 3: the pipeline re-runs for it"}}
 by_action:
   description: With O(step=plan), each action (none, return, remediate, hardware_service, exhausted, deferred) to

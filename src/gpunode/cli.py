@@ -52,9 +52,10 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     flt.add_argument("kind", choices=[*hwstate.FAULT_KINDS, *hwstate.HEALTH_FAULTS, *hwstate.RUNTIME_FAULTS,
                                       *hwstate.CABLING_FAULTS],
                      help="the fault (day two: xid, retired_page_pending, rail_rate, pcie_width are flags; "
-                          "adaptive_routing, vf_reset, dstate change volatile state once; cable_swap <pci> <pci>, "
-                          "foreign_leaf <pci> <switch> [port], lldp_off - change the cabling)")
-    flt.add_argument("address", help="the NIC function's or GPU's PCI address; dstate: the stuck command")
+                          "adaptive_routing, vf_reset, dstate, hang change volatile state once; "
+                          "cable_swap <pci> <pci>, foreign_leaf <pci> <switch> [port], lldp_off - change the cabling)")
+    flt.add_argument("address", help="the NIC function's or GPU's PCI address; dstate: the stuck command; "
+                                      "hang: the tool that hangs (nvidia-smi)")
     flt.add_argument("params", nargs="*",
                      help="not_sticky: the NV config parameters that do not stick; xid: Xid numbers (48, 63, 79, "
                           "94); rail_rate: Gb/s; pcie_width: lanes; adaptive_routing: 0 or 1 (default: flip); "

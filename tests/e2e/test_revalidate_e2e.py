@@ -17,11 +17,18 @@ finding is the failed test against the HGX, waits for it.
 The hook's day-two database holds every bandwidth result and every step, the Node carries the day-two conditions,
 and the fleet report shows the events.
 
+Day two under faults (issue 42): in the second run an nvidia-smi that hangs on the DGX is ended by its timeout, named
+as a condition of that host, and the rest of the DGX and the whole HGX are still read and measured. Before the hook's
+schedule runs, an administrator has cordoned the HGX by hand, and the day-two database still holds the record of a
+host taken out of service by an earlier remediation and since removed from the inventory and the cluster: the record
+is released with an event naming it, and the HGX's remediation leaves the administrator's cordon in place.
+
 Run with ``make e2e`` (needs podman and the simulated-host image; ``make image``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -33,6 +40,7 @@ import e2e_shell  # tests/e2e is on sys.path (pytest's prepend import mode)
 import kubernetes
 import pytest
 import yaml
+from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import history_db
 
 pytestmark = pytest.mark.e2e
 
@@ -68,13 +76,13 @@ def fleet(tmp_path_factory):
         sh("gpunode", "kapi", "stop", "--state", str(kapi), env=env, check=False)
 
 
-def revalidate(fleet):
+def revalidate(fleet, **extra):
     return sh("ansible-playbook", "-i", str(fleet["inventory"]), "playbooks/revalidate.yml",
               "-e", f"@{fleet['vars']}",
               "-e", json.dumps({"gpunode_bandwidth_history_db": str(fleet["db"]),
                                 "gpunode_bandwidth_regression_pct": 10,
                                 # One earlier run is enough history here (3 by default).
-                                "gpunode_bandwidth_baseline_min_points": 1}), env=fleet["env"], check=False)
+                                "gpunode_bandwidth_baseline_min_points": 1, **extra}), env=fleet["env"], check=False)
 
 
 def discovery(host):
@@ -114,9 +122,12 @@ def test_revalidation_finds_the_drift_and_the_regression_against_the_rails_own_h
     before = adaptive_routing(hgx_rail["pci_address"])
     sh("gpunode", "sim", "fault", "rv-hgx", "adaptive_routing", hgx_rail["pci_address"], env=env)
     sh("gpunode", "sim", "fault", "rv-dgx", "rail_rate", dgx_rail["pci_address"], "200", env=env)
+    # And the DGX's nvidia-smi hangs (stuck in the driver): every call of it answers nothing until it is ended.
+    sh("gpunode", "sim", "fault", "rv-dgx", "hang", "nvidia-smi", env=env)
     try:
-        second = revalidate(fleet)
+        second = revalidate(fleet, gpunode_tool_timeout=10)
     finally:
+        sh("gpunode", "sim", "fault", "rv-dgx", "hang", "nvidia-smi", "--clear", env=env, check=False)
         sh("gpunode", "sim", "fault", "rv-dgx", "rail_rate", dgx_rail["pci_address"], "--clear", env=env, check=False)
     out = second.stdout
     assert second.returncode != 0
@@ -126,7 +137,9 @@ def test_revalidation_finds_the_drift_and_the_regression_against_the_rails_own_h
     dgx_msg = next(line for line in out.splitlines() if "rv-dgx did not revalidate" in line)
     # The HGX: ROCE_ACCL drift on the flipped NIC, named.
     assert "RailRoceAcclDrift" in hgx_msg and hgx_rail["pci_address"] in hgx_msg, hgx_msg
-    # The DGX: the rail at 200 Gb/s, and the rail's bandwidth against its own baseline (not line rate alone).
+    # The DGX: the hung nvidia-smi, ended by its timeout and named; the rest of the host was read all the same.
+    assert "GPUDriverUnavailable: nvidia-smi -q: nvidia-smi timed out after 10 s" in dgx_msg, dgx_msg
+    # The rail at 200 Gb/s, and the rail's bandwidth against its own baseline (not line rate alone).
     assert "RailSpeedDegraded" in dgx_msg and dgx_rail["pci_address"] in dgx_msg, dgx_msg
     # The first run measured the rail twice (as client and as server): its baseline is their median.
     assert (f"rv-dgx rail {dgx_rail['rail']} (as client, peer rv-hgx rail {dgx_rail['rail']}): 192 Gb/s is 50% below "
@@ -158,8 +171,15 @@ def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
                                                "uid": f"uid-{name}"}]},
             "spec": {"nodeName": "rv-hgx", "containers": [{"name": "c", "image": "x"}]},
             "status": {"phase": "Running"}})
+    # An administrator cordoned the HGX by hand: remediation takes it out and returns it, and leaves that cordon.
+    core.patch_node("rv-hgx", {"spec": {"unschedulable": True}})
     hook = state / "hook"
     hook.mkdir()
+    # The day-two database holds a host an earlier remediation took out, since removed from the inventory and the
+    # cluster (no Node): its record is released, with an event naming it, instead of holding its fabric's budget.
+    with contextlib.closing(history_db.open_db(str(hook / "state" / "history.sqlite"))) as conn, conn:
+        conn.execute("INSERT INTO remediation (host, fabric, state, attempts, reason, updated, cordoned_before) "
+                     "VALUES ('rv-retired', 'default', 'remediating', 1, 'RailLinkDown', 0, 0)")
     (hook / "secret").write_text("e2e-revalidate-hook-secret-0b7d\n")
     (hook / "hook.yml").write_text(yaml.safe_dump({
         "state_dir": str(hook / "state"), "project_dir": str(REPO), "inventory": str(fleet["inventory"]),
@@ -172,10 +192,11 @@ def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
     assert out.stdout.startswith("revalidation 1: ok "), out.stdout
     # The HGX was cordoned and drained: its training pod is gone, the DaemonSet's pod stays.
     assert _pods(core, "rv-hgx") == ["dcgm-exporter-x1"]
-    # Repaired by site.yml, returned to service: adaptive routing back, schedulable, no remediation taint.
+    # Repaired by site.yml, returned to service: adaptive routing back, no remediation taint, and still cordoned:
+    # the administrator's cordon was there before remediation took the host out.
     assert adaptive_routing(hgx_rail["pci_address"]) == 1 - flipped
     node = core.read_node("rv-hgx")
-    assert not node.spec.unschedulable
+    assert node.spec.unschedulable
     assert not [t for t in node.spec.taints or [] if t.key.endswith("/remediation")]
     conditions = {c.type: c for c in node.status.conditions}
     assert conditions["Ready"].status == "True"
@@ -188,11 +209,14 @@ def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
         steps = conn.execute("SELECT host, step, detail FROM events ORDER BY id").fetchall()
         rows = conn.execute("SELECT host, run, COUNT(*) FROM bandwidth GROUP BY host, run ORDER BY host").fetchall()
         states = dict(conn.execute("SELECT host, state FROM remediation").fetchall())
-    assert [(h, s) for h, s, _ in steps] == [("rv-dgx", "deferred"), ("rv-hgx", "remediate"), ("rv-hgx", "drained"),
-                                             ("rv-hgx", "returned")], steps
-    assert "RailRoceAcclDrift" in steps[1][2] and hgx_rail["pci_address"] in steps[1][2]
-    assert "waits: only its bandwidth results failed, against rv-hgx" in steps[0][2]
-    assert "1 Pod(s) deleted from node" in steps[2][2]
+    assert [(h, step) for h, step, _ in steps] == [
+        ("rv-retired", "released"), ("rv-dgx", "deferred"), ("rv-hgx", "remediate"), ("rv-hgx", "drained"),
+        ("rv-hgx", "returned")], steps
+    assert "rv-retired is no longer in the inventory nor a Node of the cluster" in steps[0][2]
+    assert "RailRoceAcclDrift" in steps[2][2] and hgx_rail["pci_address"] in steps[2][2]
+    assert "waits: only its bandwidth results failed, against rv-hgx" in steps[1][2]
+    assert "1 Pod(s) deleted from node" in steps[3][2]
+    assert "its Node stays cordoned: it was cordoned before remediation took it out" in steps[4][2], steps[4]
     assert states == {"rv-dgx": "in_service", "rv-hgx": "in_service"}
     rails = {h: len(discovery(h)["rails"]) for h in HOSTS}
     # The revalidation measured both hosts (each rail as client and server), and so did the re-validation after
@@ -206,6 +230,8 @@ def test_the_hook_schedule_drains_repairs_and_returns_the_drifted_host(fleet):
     page = (state / "report" / "report.html").read_text()
     assert '<h2 id="day-two">' in page
     assert 'data-host="rv-hgx" data-step="drained"' in page and 'data-host="rv-hgx" data-step="returned"' in page
+    # The administrator is done with the HGX (the tests after this one use a schedulable pair).
+    core.patch_node("rv-hgx", {"spec": {"unschedulable": False}})
 
 
 def test_only_idle_nodes_are_revalidated(fleet):

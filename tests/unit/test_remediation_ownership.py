@@ -57,6 +57,11 @@ def test_an_administrators_cordon_survives_remediation_and_only_our_cordon_is_un
     assert first["plan"]["admin"]["action"] == first["plan"]["ours"]["action"] == "remediate"
     assert first["plan"]["admin"]["cordoned_before"] is True and first["plan"]["admin"]["uncordon"] is False
     assert first["plan"]["ours"]["cordoned_before"] is False and first["plan"]["ours"]["uncordon"] is True
+    # What the returned event will say once each is back in service after this run's re-run.
+    assert first["plan"]["admin"]["returned_detail"] == (
+        "revalidated and back in service (untainted); its Node stays cordoned: it was cordoned before remediation "
+        "took it out")
+    assert first["plan"]["ours"]["returned_detail"] == "revalidated and back in service (uncordoned, untainted)"
     assert dict(_rows(db, "SELECT host, cordoned_before FROM remediation")) == {"admin": 1, "ours": 0}
     # Next run: both healthy, both Nodes cordoned now (we drained ours). What was found is what counts.
     back = _plan(db, {"admin": healthy(), "ours": healthy()}, max_unavailable=2,
@@ -73,6 +78,7 @@ def test_a_record_without_the_cordon_state_is_never_uncordoned(tmp_path):
                    nodes={"a": {"unschedulable": True}})
     assert plan["a"]["action"] == "return" and plan["a"]["uncordon"] is False
     assert "whether it was cordoned before remediation is not known" in plan["a"]["message"]
+    assert plan["a"]["returned_detail"].endswith("whether it was cordoned before remediation is not known")
 
 
 def test_a_host_counts_against_the_budget_until_it_is_schedulable_again():

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import yaml
 from simhost import make_host, run_tool, state
@@ -90,3 +94,29 @@ def test_profile_fault_flags_are_validated(tmp_path):
     (tmp_path / "hgx-h100.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(ProfileError, match="not a GPU of this host"):
         load_profile(tmp_path / "hgx-h100.yaml")
+
+
+def test_a_hung_tool_answers_nothing_until_the_fault_is_cleared_and_a_reboot_ends_it(hdir):
+    """`hang nvidia-smi`: every call hangs without output (as one stuck in the driver) while the other tools answer;
+    clearing the fault ends the call already hanging, and a reboot clears it (volatile state)."""
+    env = {**os.environ, "GPUNODE_SIM_STATE": str(hdir), "GPUNODE_SIM_NVIDIA_USERSPACE": str(hdir / "none")}
+    argv = [sys.executable, "-m", "gpunode.sim.tools.main", "nvidia-smi", "-L"]
+    hwstate.set_fault(hdir, "hang", "nvidia-smi")
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        subprocess.run(argv, env=env, capture_output=True, timeout=2, check=False)
+    assert not hung.value.stdout
+    assert run_tool(hdir, "dmesg").out  # only the named tool hangs
+    call = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            call.wait(timeout=1)
+        hwstate.set_fault(hdir, "hang", "nvidia-smi", clear=True)
+        out, _err = call.communicate(timeout=30)  # the call that hung answers once the fault is cleared
+    finally:
+        call.kill()
+    assert call.returncode is not None and out is not None
+    hwstate.set_fault(hdir, "hang", "nvidia-smi")
+    hwstate.reboot_state(hdir)
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False).returncode is not None
+    with pytest.raises(hwstate.HwStateError, match="not a simulated tool"):
+        hwstate.set_fault(hdir, "hang", "no-such-tool")

@@ -28,7 +28,7 @@ FAULT_KINDS = ("mlxconfig_reject", "not_sticky", "link_down")
 # host without them has the same hw.json as before they existed.
 HEALTH_FAULTS = ("xid", "retired_page_pending", "rail_rate", "pcie_width")
 # Drift and process faults: one-off changes of volatile state (run/, sys/), undone by a reboot.
-RUNTIME_FAULTS = ("adaptive_routing", "vf_reset", "dstate")
+RUNTIME_FAULTS = ("adaptive_routing", "vf_reset", "dstate", "hang")
 # Cabling faults (README §7): a change of the wire, kept in cabling.json across reboots.
 CABLING_FAULTS = ("cable_swap", "foreign_leaf", "lldp_off")
 # Xid numbers the simulated kernel log can print, with the real line text (tools/dmesg.py).
@@ -351,7 +351,9 @@ def runtime_fault(hdir: Path, kind: str, address: str, *, params: list[str] | No
     - ``vf_reset <pci>``: ``sriov_numvfs`` back to 0, as a driver reload does;
     - ``dstate <command> [seconds]``: a process stuck in uninterruptible sleep (D) for that long
       (default 600) in the host's simulated process table ``run/proc`` (:func:`proc_table`);
-      ``--clear`` removes every such process.
+      ``--clear`` removes every such process;
+    - ``hang <tool>``: every call of that simulated tool (``nvidia-smi``) hangs without an answer, as one stuck in
+      the driver does, until ``--clear`` (a call already hanging ends then) or a reboot.
 
     Returns the host's (unchanged) fault flags.
     """
@@ -359,6 +361,9 @@ def runtime_fault(hdir: Path, kind: str, address: str, *, params: list[str] | No
     params = params or []
     if kind == "dstate":
         _dstate(hdir, address, params, clear)
+        return state.faults()
+    if kind == "hang":
+        _hang(state, address, clear)
         return state.faults()
     nics = {r["address"]: r for r in state.nics()}
     if clear:
@@ -379,6 +384,20 @@ def runtime_fault(hdir: Path, kind: str, address: str, *, params: list[str] | No
         with state.locked():
             path.write_text("0\n")
     return state.faults()
+
+
+def _hang(state: HostState, tool: str, clear: bool) -> None:
+    from importlib.util import find_spec  # noqa: PLC0415 - only this fault asks which tools exist
+
+    from gpunode.sim.tools.main import HANG, module_name  # noqa: PLC0415 - the tools read what is written here
+
+    name = module_name(tool)
+    if not name or find_spec(f"gpunode.sim.tools.{name}") is None:
+        raise HwStateError(f"hang: {tool!r} is not a simulated tool")
+    with state.locked():
+        tools = set(state.run_get(HANG, []))
+        tools.discard(tool) if clear else tools.add(tool)
+        state.run_put(HANG, sorted(tools))
 
 
 # Process table of a simulated host: pid 1 and a kernel thread always, D-state processes from the

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-from .state import StateError
+from .state import HostState, StateError
 
 ALIASES = {
     "mstconfig": "mlxconfig",
@@ -22,6 +23,8 @@ ALIASES = {
 _FIRST = frozenset("abcdefghijklmnopqrstuvwxyz")
 _REST = _FIRST | frozenset("0123456789_")
 NOT_TOOLS = {"main", "state", "nvconfig", "topo"}
+#: The volatile state (``run/<HANG>.json``) listing the tools that hang (``gpunode sim fault H hang nvidia-smi``).
+HANG = "hang"
 
 
 def module_name(tool: str) -> str | None:
@@ -31,8 +34,19 @@ def module_name(tool: str) -> str | None:
     return name
 
 
+def _hang_while_flagged(tool: str) -> None:
+    """Hang, printing nothing, while ``tool`` is listed in the host's ``run/hang.json`` (a tool stuck in the
+    driver answers nothing until it is killed: timeout(1) ends it; clearing the fault ends it too)."""
+    state = HostState()
+    if not os.path.exists(os.path.join(state.root_dir, "run", f"{HANG}.json")):  # the common case: one stat()
+        return
+    while tool in (state.run_get(HANG, []) or []):
+        time.sleep(0.5)
+
+
 def main(tool: str, argv: list[str]) -> int:
     """Run simulated ``tool`` with ``argv``; output goes to sys.stdout / sys.stderr."""
+    _hang_while_flagged(tool)
     name = module_name(tool)
     module = None
     if name:
