@@ -130,9 +130,12 @@ PYTEST_WORKERS ?= auto
 unit: deps browser ## pytest unit and conformance tests, on every core
 	pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 tests/unit
 
+# Workers for the newest ansible-core's plugin unit tests: one, as `make test` runs them beside molecule and e2e.
+CORE_PYTEST_WORKERS ?= 1
+
 unit-%: deps core-venv-% # the plugin unit tests with ansible-core $* (make unit-2.21)
 	env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH $(ROOT)/.cache/core-$*/bin/python -m pytest -q -p no:cacheprovider \
-	  -n $(PYTEST_WORKERS) --dist loadfile $(PLUGIN_TESTS)
+	  -n $(CORE_PYTEST_WORKERS) --dist loadfile $(PLUGIN_TESTS)
 
 molecule: image ## molecule scenarios on simulated hosts
 	@for s in $(SCENARIOS); do molecule test -s $$s || exit 1; done
@@ -145,8 +148,13 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 
 # The stages `make test` runs in this order; .ci/stages prints each one's wall time at the end
 # (also when one fails) and writes them to .cache/stage-times.tsv.
-# ansible-test sanity keeps about one core busy: sanity-2.21 runs in the background beside sanity (.ci/stages bg:).
-TEST_STAGES = lint $(addprefix bg:sanity-,$(CORES)) sanity unit $(addprefix unit-,$(CORES)) image $(addprefix molecule-,$(SCENARIOS)) e2e
+# Stages that need no simulated host and no port of their own run in the background (.ci/stages bg:) where a core
+# is idle: ansible-test sanity keeps about one core busy, beside ansible-lint, which keeps one; the newest
+# ansible-core's sanity and plugin unit tests (one worker), one after the other, beside molecule and e2e, which
+# leave about a third of the 2-core machine idle while they wait on their simulated hosts.
+NEWEST_STAGES = $(subst $(eval) ,$(comma),$(foreach c,$(CORES),sanity-$(c) unit-$(c)))
+comma := ,
+TEST_STAGES = bg:sanity lint unit image bg:$(NEWEST_STAGES) $(addprefix molecule-,$(SCENARIOS)) e2e
 
 test: deps ## everything CI runs (lint, sanity, unit, each molecule scenario, e2e), with per-stage wall times
 	@MAKE="$(MAKE)" .ci/stages $(TEST_STAGES)

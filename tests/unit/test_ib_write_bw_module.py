@@ -46,29 +46,31 @@ def _wait_for(path: Path, text: str) -> str:
     raise AssertionError(f"{path} never showed {text!r}: {body!r}")
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_servers_start_detached_and_the_module_returns_at_once(tmp_path, monkeypatch):
     _install(tmp_path, monkeypatch, SERVES_60S)
+    # A free port: simulated hosts share this network namespace, and their servers may hold perftest's ports.
+    port = _free_port()
     began = time.monotonic()
-    result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": 18517}],
+    result = run_module(ib_write_bw.main, {"servers": [{"id": "a:0-b:0", "device": "mlx5_3", "port": port}],
                                            "timeout": 30})
     pid = result["started"]["a:0-b:0"]
     try:
         assert time.monotonic() - began < 10  # did not wait for the 60 s server
         assert result["changed"] is False and result["tests"] == {}
-        log = _wait_for(tmp_path / "18517.log", "LC_ALL")
-        assert "argv -d mlx5_3 -p 18517 --report_gbits -F" in log  # stdout and stderr both in the log
+        log = _wait_for(tmp_path / f"{port}.log", "LC_ALL")
+        assert f"argv -d mlx5_3 -p {port} --report_gbits -F" in log  # stdout and stderr both in the log
         assert "LC_ALL C" in log
         assert os.getsid(pid) == pid  # its own session: the connection's exec ending does not take it down
-        assert oct((tmp_path / "18517.log").stat().st_mode & 0o777) == "0o600"
+        assert oct((tmp_path / f"{port}.log").stat().st_mode & 0o777) == "0o600"
     finally:
         os.killpg(pid, signal.SIGKILL)  # timeout(1) and the server under it
         os.waitpid(pid, 0)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_servers_are_up_once_they_listen_not_after_a_fixed_wait(tmp_path, monkeypatch):
