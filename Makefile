@@ -124,11 +124,13 @@ sanity-%: deps core-venv-% # ansible-test sanity with ansible-core $* (make sani
 	VENV=$(ROOT)/.cache/core-$* .ci/sanity
 
 # pytest-xdist workers for `make unit` (auto: one per core); loadfile keeps a module's tests, and so
-# its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker.
+# its module-scoped fixtures (materialized trees, playbook runs, API emulators), on one worker. The files go out
+# in collection order, the ones marked slow first (tests/unit/conftest.py), not reordered by their number of
+# tests (xdist's default puts the few-test playbook files last, and one worker ends the run alone on them).
 PYTEST_WORKERS ?= auto
 
 unit: deps browser ## pytest unit and conformance tests, on every core
-	pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 tests/unit
+	pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests/unit
 
 # Workers for the newest ansible-core's plugin unit tests: one, as `make test` runs them beside molecule and e2e.
 CORE_PYTEST_WORKERS ?= 1

@@ -15,9 +15,10 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import bandwidth_history as bh
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils import history_db
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import md_code, md_escape
+# Relative: the same files are the report code of the `gpunode` Python package (pyproject.toml ships them).
+from ..module_utils import bandwidth_history as bh
+from . import history_db
+from .fleet_report import md_code, md_escape
 
 EVENTS = 50
 POINTS = 20

@@ -5,7 +5,8 @@
 ``gpunode report`` CLI both call it): load the fleet's machine-readable results, shape them (pure
 data, no I/O outside ``load_inputs`` and ``write_report``) and render HTML and Markdown with jinja2
 (templates in ``report_templates/`` beside this file). Self-contained: it imports nothing from the
-collection, so the CLI can load it from a checkout by path.
+collection at import time (a report's optional sections import their code beside it), so that the ``gpunode``
+Python package ships the same files (``gpunode.collection_plugins``, see pyproject.toml).
 
 Input format (also in the ``mlplatform.gpunode.fleet_report`` documentation)::
 
@@ -890,9 +891,10 @@ def md_rail_maps(hosts: list[dict]) -> str:
 
 
 def _section(name):
-    """A section's code (``plugin_utils/<name>.py``: ``day_two_report``, ``topology_report``), imported only for a
-    report that has the section: it needs the collection importable (``gpunode report`` loads this file alone)."""
-    return importlib.import_module(f"ansible_collections.mlplatform.gpunode.plugins.plugin_utils.{name}")
+    """A section's code (``plugin_utils/<name>.py`` beside this file: ``day_two_report``, ``topology_report``),
+    imported only for a report that has the section, from the package this file was imported from (the collection,
+    or the ``gpunode`` Python package, which ships these files)."""
+    return importlib.import_module(f".{name}", __package__)
 
 
 def _section_renderer(module, function):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import html
 
-from ansible_collections.mlplatform.gpunode.plugins.module_utils import topology as topo
-from ansible_collections.mlplatform.gpunode.plugins.plugin_utils.fleet_report import md_code, md_escape
+# Relative: the same files are the report code of the `gpunode` Python package (pyproject.toml ships them).
+from ..module_utils import topology as topo
+from .fleet_report import md_code, md_escape
 
 
 def _miscabled_by_host(topology):
