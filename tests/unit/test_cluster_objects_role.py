@@ -119,9 +119,10 @@ def test_check_mode_changes_nothing(tmp_path, cluster, fleet_hw):
 
 
 def test_render_mode_writes_manifests_and_a_kustomization(tmp_path, cluster, fleet_hw):
-    out = tmp_path / "rendered"
-    proc = play(tmp_path, cluster, fleet_hw, "-e", json.dumps({"cluster_objects_mode": "render",
-                                                                 "cluster_objects_render_dir": str(out)}))
+    # cluster_objects_render_dir left at its default: beside the inventory (tmp_path/hosts.yml), not in the
+    # collection the playbook comes from.
+    out = tmp_path / "rendered" / "cluster-objects"
+    proc = play(tmp_path, cluster, fleet_hw, "-e", json.dumps({"cluster_objects_mode": "render"}))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
     assert "resourceflavor-cluster-nvidia-h100-80gb-hbm3-dgx-default.yaml" in kustomization["resources"]
