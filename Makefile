@@ -154,8 +154,10 @@ e2e: image ## end-to-end tests on simulated hosts (the hook driven by real cloud
 # is idle: ansible-test sanity keeps about one core busy, beside ansible-lint, which keeps one; the newest
 # ansible-core's sanity and plugin unit tests (one worker), one after the other, beside molecule and e2e, which
 # leave about a third of the 2-core machine idle while they wait on their simulated hosts.
-NEWEST_STAGES = $(subst $(eval) ,$(comma),$(foreach c,$(CORES),sanity-$(c) unit-$(c)))
 comma := ,
+empty :=
+space := $(empty) $(empty)
+NEWEST_STAGES = $(subst $(space),$(comma),$(strip $(foreach c,$(CORES),sanity-$(c) unit-$(c))))
 TEST_STAGES = bg:sanity lint unit image bg:$(NEWEST_STAGES) $(addprefix molecule-,$(SCENARIOS)) e2e
 
 test: deps ## everything CI runs (lint, sanity, unit, each molecule scenario, e2e), with per-stage wall times

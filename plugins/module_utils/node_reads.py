@@ -33,6 +33,15 @@ def set_timeout(module, seconds):
     setattr(module, _TIMEOUT, int(seconds))
 
 
+def apply_timeout_option(module, name):
+    """The module's ``timeout`` option (seconds, 1 to 3600) checked, failing the module ``name`` otherwise, then set
+    for every tool run() and prefetch() of ``module`` (set_timeout)."""
+    seconds = module.params["timeout"]
+    if not 1 <= seconds <= 3600:
+        module.fail_json(msg=f"{name}: timeout {seconds} must be 1 to 3600 seconds")
+    set_timeout(module, seconds)
+
+
 def timeout_of(module):
     return getattr(module, _TIMEOUT, None)
 

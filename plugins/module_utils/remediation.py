@@ -248,14 +248,14 @@ def plan(findings, fabrics, records, *, max_unavailable=1, max_attempts=3, nodes
         action = "deferred" if action == "peer" else action
         state = records.get(host, {}).get("state", "in_service") if action == "deferred" else STATE_AFTER[action]
         before = cordoned_before(host) if state in OUT_STATES or action == "return" else None
+        uncordon = action in ("return", "remediate") and before is False
         result[host] = {"action": action, "state": state, "attempts": attempts, "fabric": str(fabrics[host]),
                         "reasons": reasons, "waits_for": waits_for,
                         "hardware": [{"type": c.get("type"), "device": c.get("device"), "message": c.get("message")}
                                      for c in hardware], "message": text,
                         "handled": [f"{c.get('type')}: {c.get('message')}" for c in handled.get(host, [])],
                         "cordoned_before": before,
-                        "uncordon": action in ("return", "remediate") and before is False,
-                        "returned_detail": returned_detail(host, action in ("return", "remediate") and before is False)}
+                        "uncordon": uncordon, "returned_detail": returned_detail(host, uncordon)}
 
     owners = {h for h, f in findings.items() if own_findings(f)}
     blamed_peers = {h: sorted(set(f.get("peers") or []) & owners) for h, f in findings.items()

@@ -587,9 +587,7 @@ def main():
     )
     host = name_the_host(module, "host_state")
     params = module.params
-    if not 1 <= params["timeout"] <= 3600:
-        module.fail_json(msg=f"host_state: timeout {params['timeout']} must be 1 to 3600 seconds")
-    node_reads.set_timeout(module, params["timeout"])
+    node_reads.apply_timeout_option(module, "host_state")
     sysfs_root = params["sysfs_root"]
     reader = Reader(module)
     management, network_facts = None, {}

@@ -312,9 +312,7 @@ def main():
                          errors=problems)
     if params["d_state_min_age"] < 0:
         module.fail_json(msg="node_health: d_state_min_age must be 0 or more seconds")
-    if not 1 <= params["timeout"] <= 3600:
-        module.fail_json(msg=f"node_health: timeout {params['timeout']} must be 1 to 3600 seconds")
-    node_reads.set_timeout(module, params["timeout"])
+    node_reads.apply_timeout_option(module, "node_health")
     handled_before = None
     if params["xid_handled_before"] is not None:
         raw = params["xid_handled_before"]

@@ -353,9 +353,7 @@ def main():
         supports_check_mode=True,
     )
     name_the_host(module, "node_validation")
-    if not 1 <= module.params["timeout"] <= 3600:
-        module.fail_json(msg=f"node_validation: timeout {module.params['timeout']} must be 1 to 3600 seconds")
-    node_reads.set_timeout(module, module.params["timeout"])
+    node_reads.apply_timeout_option(module, "node_validation")
     hw = module.params["hw"]
     for key in ("gpus", "rails", "nics"):
         if not isinstance(hw.get(key), list):

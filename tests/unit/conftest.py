@@ -29,11 +29,11 @@ if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
 
-
 def pytest_collection_modifyitems(config, items):
     """The files marked slow first, each file's tests in their order: `make unit`'s workers (pytest-xdist, one file
     at a time each) then finish together, instead of one running a long playbook file alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 @pytest.fixture
 def real_outputs() -> Path:

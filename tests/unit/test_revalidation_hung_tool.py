@@ -18,6 +18,10 @@ PLAY = """---
 - name: Check the health of every host
   hosts: gpu_nodes
   gather_facts: false
+  environment:
+    PATH: "{{ sim_path }}"
+    GPUNODE_SIM_STATE: "{{ sim_dir }}"
+    GPUNODE_SIM_NVIDIA_USERSPACE: "{{ sim_dir }}/no-userspace-file"
   tasks:
     - name: Read the node once
       mlplatform.gpunode.node_health:
@@ -25,10 +29,6 @@ PLAY = """---
         proc_root: "{{ sim_dir }}/run/proc"
         hw: "{{ sim_hw }}"
         timeout: 2
-      environment:
-        PATH: "{{ sim_path }}"
-        GPUNODE_SIM_STATE: "{{ sim_dir }}"
-        GPUNODE_SIM_NVIDIA_USERSPACE: "{{ sim_dir }}/no-userspace-file"
       register: health
 
     - name: Read the node back as validation does
@@ -36,10 +36,6 @@ PLAY = """---
         sysfs_root: "{{ sim_dir }}/sys"
         hw: "{{ sim_hw }}"
         timeout: 2
-      environment:
-        PATH: "{{ sim_path }}"
-        GPUNODE_SIM_STATE: "{{ sim_dir }}"
-        GPUNODE_SIM_NVIDIA_USERSPACE: "{{ sim_dir }}/no-userspace-file"
       register: readback
 
     - name: Show the conditions
